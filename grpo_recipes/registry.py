@@ -1,0 +1,296 @@
+"""Named rewards: discovery of `rewards/*.py`, the `@reward` decorator, and compilation into TRL reward functions.
+
+A reward is a plain function in a file under a rewards folder:
+
+    @reward("math_correctness")
+    def math_correctness(completions, answer, *, timeout_s: float = 5.0):
+        ...
+
+Its signature is its contract, so nothing is declared twice:
+- `completions`: the completion texts (str), one per sampled completion.
+- parameters with no default after it: dataset columns it reads (one value per completion).
+- keyword parameters with a default: settings a YAML config may set under `params:`.
+- the context names in CONTEXT_NAMES, when present, are filled in from the trainer.
+It returns one float or None per completion. None means "could not score" and is excluded by TRL.
+
+Reward files are loaded by path under a private module prefix, so no top-level `rewards` package is ever
+imported or installed, and a file dropped into a rewards folder is usable by name with no other edit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Names a reward may ask for that come from the trainer, not from the dataset or the config.
+CONTEXT_NAMES = ("prompts", "completion_ids", "log_metric", "log_extra", "trainer_state")
+_MODULE_PREFIX = "grpo_recipes._loaded_rewards"
+ENV_REWARD_DIRS = "GRPO_RECIPES_REWARD_DIRS"
+
+
+@dataclass(frozen=True)
+class RewardDef:
+    name: str
+    func: Callable[..., list]
+    source: str
+    columns: tuple[str, ...]
+    params: dict[str, Any]  # name -> default
+    context: tuple[str, ...]
+
+    @property
+    def doc(self) -> str:
+        return (inspect.getdoc(self.func) or "").strip().splitlines()[0] if self.func.__doc__ else ""
+
+
+_REGISTRY: dict[str, RewardDef] = {}
+
+
+def _describe(func: Callable, name: str, source: str) -> RewardDef:
+    sig = inspect.signature(func)
+    items = list(sig.parameters.values())
+    if not items or items[0].name != "completions":
+        raise TypeError(f"reward '{name}' ({source}): the first parameter must be `completions`")
+    columns, params, context = [], {}, []
+    for p in items[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"reward '{name}' ({source}): *args/**kwargs hide the contract; name each input")
+        if p.name in CONTEXT_NAMES:
+            context.append(p.name)
+        elif p.default is inspect.Parameter.empty:
+            columns.append(p.name)
+        else:
+            params[p.name] = p.default
+    return RewardDef(name, func, source, tuple(columns), params, tuple(context))
+
+
+def reward(name: str) -> Callable[[Callable], Callable]:
+    """Register `func` under `name`. A second, different function under the same name is an error."""
+
+    def register(func: Callable) -> Callable:
+        source = inspect.getsourcefile(func) or "<unknown>"
+        new = _describe(func, name, source)
+        old = _REGISTRY.get(name)
+        if old is not None and (old.source != new.source or old.func.__qualname__ != func.__qualname__):
+            raise ValueError(f"reward name '{name}' is defined twice: in {old.source} and in {new.source}")
+        _REGISTRY[name] = new
+        return func
+
+    return register
+
+
+def bundled_rewards_dir() -> Path:
+    """The shipped rewards: the repo's rewards/ in a checkout, or the copy installed inside the package."""
+    checkout = Path(__file__).resolve().parent.parent / "rewards"
+    if checkout.is_dir():
+        return checkout
+    return Path(__file__).resolve().parent / "bundled_rewards"
+
+
+def reward_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
+    """Folders searched for reward files: config-given, then $GRPO_RECIPES_REWARD_DIRS, ./rewards, the shipped ones."""
+    env = [p for p in os.environ.get(ENV_REWARD_DIRS, "").split(os.pathsep) if p]
+    candidates = [*extra, *env, Path.cwd() / "rewards", bundled_rewards_dir()]
+    seen, out = set(), []
+    for c in candidates:
+        path = Path(c).expanduser().resolve()
+        if path.is_dir() and path not in seen:
+            seen.add(path)
+            out.append(path)
+    return out
+
+
+def load_reward_files(dirs: Iterable[Path]) -> None:
+    for folder in dirs:
+        for file in sorted(folder.glob("*.py")):
+            if file.name.startswith("_"):
+                continue
+            module_name = f"{_MODULE_PREFIX}.{abs(hash(str(file))):x}_{file.stem}"
+            if module_name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(module_name, file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[module_name]
+                raise ImportError(f"reward file {file} failed to import: {type(exc).__name__}: {exc}") from exc
+
+
+def available(extra_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, RewardDef]:
+    load_reward_files(reward_dirs(extra_dirs))
+    return dict(sorted(_REGISTRY.items()))
+
+
+@dataclass
+class RewardSpec:
+    """One entry of a config's `rewards:` list."""
+
+    name: str
+    weight: float = 1.0
+    params: dict[str, Any] = field(default_factory=dict)
+    alias: str | None = None  # metric name, for using one reward twice with different params
+
+    @property
+    def metric_name(self) -> str:
+        return self.alias or self.name
+
+    @classmethod
+    def parse(cls, entry: Any, index: int) -> RewardSpec:
+        where = f"rewards[{index}]"
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ValueError(f"{where}: expected a mapping with a `name` (and optional weight, params), got {entry!r}")
+        unknown = set(entry) - {"name", "weight", "params", "alias"}
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)}; allowed: name, weight, params, alias")
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ValueError(f"{where}.weight: expected a finite number, got {weight!r}")
+        params = entry.get("params") or {}
+        if not isinstance(params, dict):
+            raise ValueError(f"{where}.params: expected a mapping of parameter -> value, got {params!r}")
+        return cls(str(entry["name"]), float(weight), dict(params), entry.get("alias"))
+
+
+def check_specs(
+    specs: list[RewardSpec], known: dict[str, RewardDef], columns: Iterable[str] | None = None
+) -> list[str]:
+    """All problems with a rewards list, as messages that name the field and the fix. Empty when fine."""
+    problems = []
+    if not specs:
+        problems.append("rewards: the list is empty; name at least one reward (see `grpo-recipes rewards list`)")
+    names = [s.metric_name for s in specs]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"rewards: '{dup}' appears twice; give one of them an `alias` to log it separately")
+    for i, spec in enumerate(specs):
+        where = f"rewards[{i}] ({spec.name})"
+        rdef = known.get(spec.name)
+        if rdef is None:
+            problems.append(f"{where}: unknown reward '{spec.name}'. Known rewards: {', '.join(known) or 'none'}")
+            continue
+        for p in sorted(set(spec.params) - set(rdef.params)):
+            accepted = ", ".join(rdef.params) or "none"
+            problems.append(f"{where}.params.{p}: '{rdef.name}' has no parameter '{p}'; it accepts: {accepted}")
+        if columns is not None:
+            for col in rdef.columns:
+                if col not in columns:
+                    problems.append(
+                        f"{where}: needs dataset column '{col}', which the dataset lacks "
+                        f"(columns: {', '.join(sorted(columns))}); map it with the dataset settings"
+                    )
+    return problems
+
+
+def completion_text(completion: Any) -> str:
+    """TRL hands completions as text or as a list of chat messages; rewards always see text."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):
+        return "".join(m.get("content") or "" for m in completion if isinstance(m, dict))
+    return "" if completion is None else str(completion)
+
+
+class CompiledReward:
+    """A registered reward bound to its params, callable the way TRL calls reward functions.
+
+    It converts completions to text, passes only what the reward declares, checks the output contract,
+    and turns a reward that raises into None for the completions concerned (counted, never silent).
+    """
+
+    def __init__(self, rdef: RewardDef, spec: RewardSpec, fault_log: Callable[[dict], None] | None = None):
+        self.rdef, self.spec = rdef, spec
+        self.__name__ = spec.metric_name  # TRL logs rewards/<__name__>/mean
+        self.kwargs = {**rdef.params, **spec.params}
+        self.fault_log = fault_log
+        self.calls = 0
+        self.scored = 0
+        self.none_count = 0
+        self.error_count = 0
+
+    def _metric(self, log_metric: Callable | None) -> Callable[[str, float], None]:
+        prefix = f"rewards/{self.__name__}/"
+
+        def log(name: str, value: float) -> None:
+            if log_metric is not None:
+                log_metric(prefix + name, float(value))
+
+        return log
+
+    def _invoke(self, texts: list[str], columns: dict[str, list], context: dict[str, Any]) -> list:
+        out = self.rdef.func(texts, **columns, **context, **self.kwargs)
+        if not isinstance(out, (list, tuple)) or len(out) != len(texts):
+            got = f"{len(out)} values" if isinstance(out, (list, tuple)) else type(out).__name__
+            raise RewardContractError(f"reward '{self.rdef.name}' returned {got} for {len(texts)} completions")
+        return [_as_score(self.rdef.name, v) for v in out]
+
+    def __call__(self, completions: list, **kwargs: Any) -> list[float | None]:
+        texts = [completion_text(c) for c in completions]
+        columns = {c: kwargs[c] for c in self.rdef.columns}
+        log_metric = self._metric(kwargs.get("log_metric"))
+        context = {}
+        for name in self.rdef.context:
+            context[name] = log_metric if name == "log_metric" else kwargs.get(name)
+        try:
+            scores = self._invoke(texts, columns, context)
+        except RewardContractError:
+            raise
+        except Exception:
+            scores = self._one_by_one(texts, columns, context)
+        self.calls += 1
+        nones = sum(s is None for s in scores)
+        self.none_count += nones
+        self.scored += len(scores)
+        log_metric("none_rate", nones / max(len(scores), 1))
+        return scores
+
+    def _one_by_one(self, texts: list[str], columns: dict[str, list], context: dict[str, Any]) -> list:
+        """The batch raised: find the completions that make it raise, give those None, keep the rest."""
+        scores: list[float | None] = []
+        for i, text in enumerate(texts):
+            row_cols = {k: [v[i]] for k, v in columns.items()}
+            try:
+                scores.extend(self._invoke([text], row_cols, context))
+            except RewardContractError:
+                raise
+            except Exception as exc:  # a reward must not take the run down for one odd completion
+                self.error_count += 1
+                scores.append(None)
+                record = {"reward": self.__name__, "error": f"{type(exc).__name__}: {exc}", "completion": text[:4000],
+                          **{k: repr(v[0])[:2000] for k, v in row_cols.items()}}
+                logger.warning("reward %s raised on one completion: %s", self.__name__, record["error"])
+                if self.fault_log is not None:
+                    self.fault_log(record)
+        return scores
+
+
+class RewardContractError(RuntimeError):
+    """The reward broke its contract for the whole batch (wrong length or type): a bug to fix, not a fault to skip."""
+
+
+def _as_score(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RewardContractError(f"reward '{name}' returned {type(value).__name__} {value!r}; expected float or None")
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def compile_rewards(
+    specs: list[RewardSpec], known: dict[str, RewardDef], fault_log: Callable[[dict], None] | None = None
+) -> tuple[list[CompiledReward], list[float]]:
+    """Specs -> (TRL reward_funcs, reward_weights). Call check_specs first; this assumes they passed."""
+    funcs = [CompiledReward(known[s.name], s, fault_log) for s in specs]
+    return funcs, [s.weight for s in specs]
