@@ -1,0 +1,107 @@
+"""The recipe runner: config -> checks -> data -> rewards -> model -> GRPOTrainer -> train -> save.
+
+Everything that can be checked without loading a model is checked first, and all problems are reported together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+from . import registry
+from .config import ConfigError, RecipeArguments, default_run_name, parse_recipe_args
+from .data import check_data_args, load_splits
+
+logger = logging.getLogger("grpo_recipes")
+
+
+def static_problems(recipe: RecipeArguments, grpo, known: dict) -> list[str]:
+    """Problems visible from the config alone: no data, no model."""
+    problems = check_data_args(recipe)
+    problems += registry.check_specs(recipe.reward_specs, known, columns=None)
+    return problems
+
+
+class FaultLog:
+    """Appends each reward fault (the completion and inputs that made a reward raise) to a JSONL file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def __call__(self, record: dict) -> None:
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Path | None = None):
+    """Parse and check the config, load data, compile rewards. Loads no model."""
+    recipe, grpo, model_args, config_path = parse_recipe_args(argv, default_config)
+    known = registry.available(recipe.reward_dirs or ())
+    problems = static_problems(recipe, grpo, known)
+    if problems:
+        raise ConfigError(problems)
+    try:
+        train, held_out = load_splits(recipe)
+    except (KeyError, ValueError) as exc:
+        raise ConfigError([str(exc).strip("'\"")]) from None
+    problems = registry.check_specs(recipe.reward_specs, known, columns=train.column_names)
+    if problems:
+        raise ConfigError(problems)
+    funcs, weights = registry.compile_rewards(
+        recipe.reward_specs, known, fault_log=FaultLog(Path(grpo.output_dir) / "reward_faults.jsonl")
+    )
+    grpo.reward_weights = weights
+    if grpo.project == "huggingface":  # TrainingArguments' placeholder: give each recipe its own Trackio project
+        grpo.project = f"grpo-recipes-{recipe_name}"
+    if not grpo.run_name:
+        grpo.run_name = default_run_name(recipe_name, model_args.model_name_or_path, grpo)
+    if recipe.trackio_dir:
+        os.environ["TRACKIO_DIR"] = str(Path(recipe.trackio_dir).expanduser().resolve())
+    return recipe, grpo, model_args, train, held_out, funcs
+
+
+def build_trainer(recipe, grpo, model_args, train, held_out, funcs):
+    from accelerate import PartialState
+    from trl import GRPOTrainer, get_peft_config
+
+    from .models import resolve_model
+
+    with PartialState().main_process_first():  # one process converts the offline model; the others reuse it
+        model_path, source = resolve_model(model_args.model_name_or_path, recipe.model_cache_dir)
+    logger.info("model %s from %s (%s)", model_args.model_name_or_path, source, model_path)
+    init_kwargs = dict(grpo.model_init_kwargs or {})
+    if model_args.dtype:
+        init_kwargs.setdefault("dtype", model_args.dtype)
+    if model_args.attn_implementation:
+        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
+    grpo.model_init_kwargs = init_kwargs or None
+    return GRPOTrainer(
+        model=model_path,
+        reward_funcs=funcs,
+        args=grpo,
+        train_dataset=train,
+        peft_config=get_peft_config(model_args),
+    )
+
+
+def main(recipe_name: str, default_config: Path | None = None, argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        recipe, grpo, model_args, train, held_out, funcs = prepare(recipe_name, argv, default_config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    logger.info("data: %d train rows, %d held-out rows", len(train), len(held_out) if held_out is not None else 0)
+    trainer = build_trainer(recipe, grpo, model_args, train, held_out, funcs)
+    trainer.train(resume_from_checkpoint=grpo.resume_from_checkpoint)
+    trainer.save_model(grpo.output_dir)
+    trainer.accelerator.print(f"model saved to {grpo.output_dir}")
+    trainer.end()
+    return 0

