@@ -126,29 +126,34 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None = None):
-    """argv + YAML -> (RecipeArguments, GRPOConfig, ModelConfig, config path). Unknown keys are errors."""
+def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None = None, training_cls=None):
+    """argv + YAML -> (RecipeArguments, training config, ModelConfig, config path). Unknown keys are errors.
+
+    The training config is GRPOConfig unless `training_cls` names another TRL config (SFTConfig for warm-up).
+    """
     from trl import GRPOConfig, ModelConfig, TrlParser
+
+    training_cls = training_cls or GRPOConfig
 
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path, argv = _split_config_arg(argv, default_config)
     config = read_yaml(config_path) if config_path else {}
     for key, value in (config.pop("env", None) or {}).items():
         os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
-    known = {f.name for dc in (RecipeArguments, GRPOConfig, ModelConfig) for f in fields(dc)}
+    known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}
     problems = [unknown_key_message(k, known, "config file") for k in config if k not in known]
     if problems:
         raise ConfigError(problems)
     # bf16 only where the hardware has it; an explicit setting in the file or on the CLI still wins.
     config.setdefault("bf16", bf16_supported())
-    parser = TrlParser((RecipeArguments, GRPOConfig, ModelConfig))
+    parser = TrlParser((RecipeArguments, training_cls, ModelConfig), allow_abbrev=False)  # --max_step is a typo
     parser.set_defaults_with_config(**config)
-    recipe, grpo, model, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    recipe, training, model, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     flags = [a[2:].split("=")[0] for a in rest if a.startswith("--")]
     if flags or rest:
         problems = [unknown_key_message(f, known, "command line") for f in flags] or [f"unexpected arguments {rest}"]
         raise ConfigError(problems)
-    return recipe, grpo, model, config_path
+    return recipe, training, model, config_path
 
 
 def unknown_key_message(key: str, known: set[str], where: str) -> str:

@@ -5,6 +5,8 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO, tiny_run_args
 
 
@@ -27,3 +29,18 @@ def test_math_recipe_trains_logs_and_saves(tiny_model_dir, run_env):
         assert key in text, key
     steps = {json.loads(m).get("train/global_step") for _, m in rows}
     assert {1, 2} <= steps
+
+
+@pytest.mark.slow
+def test_default_recipe_one_real_step_logs_reward_and_loss(run_env):
+    """The shipped default (real SmolLM2-135M from the bundled GGUF), one step, unchanged but for the step count."""
+    out = run_env / "out"
+    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--max_steps", "1", "--output_dir", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=run_env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "from bundled-gguf" in proc.stderr
+    records = [json.loads(m) for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-math")]
+    train = next(r for r in records if "train/loss" in r)
+    assert train["train/global_step"] == 1
+    assert 0.0 <= train["train/rewards/math_correctness/mean"] <= 1.0
+    assert train["train/loss"] == train["train/loss"]  # not NaN

@@ -1,0 +1,43 @@
+"""YAML + CLI -> dataclasses, TRL-style, with unknown keys caught."""
+
+import pytest
+
+from conftest import REPO
+from grpo_recipes.config import ConfigError, default_run_name, parse_recipe_args
+
+DEFAULT = REPO / "recipes/configs/math_cpu.yaml"
+
+
+def test_default_config_parses_and_cli_overrides_it():
+    recipe, grpo, model, path = parse_recipe_args(["--learning_rate", "3e-6", "--rewards",
+                                                   '[{"name": "math_correctness", "weight": 2}]'], DEFAULT)
+    assert path == DEFAULT and grpo.learning_rate == 3e-6
+    assert model.model_name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert [(s.name, s.weight) for s in recipe.reward_specs] == [("math_correctness", 2.0)]
+    assert recipe.gym_params["max_digits"] == 1
+    assert grpo.bf16 is False  # no bf16-capable GPU here: picked off, not forced on
+
+
+def test_explicit_config_replaces_the_default(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("output_dir: /tmp/x\nrewards: [think_format]\nenv: {GRPO_RECIPES_TEST_VAR: on-file}\n")
+    recipe, grpo, _, path = parse_recipe_args(["--config", str(cfg)], DEFAULT)
+    assert path == cfg and recipe.reward_specs[0].name == "think_format" and grpo.output_dir == "/tmp/x"
+    import os
+    assert os.environ.pop("GRPO_RECIPES_TEST_VAR") == "on-file"
+
+
+def test_unknown_keys_get_did_you_mean(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("learning_rat: 1e-6\nnum_generation: 4\n")
+    with pytest.raises(ConfigError) as err:
+        parse_recipe_args(["--config", str(cfg)])
+    assert "did you mean `learning_rate`" in str(err.value) and "did you mean `num_generations`" in str(err.value)
+    with pytest.raises(ConfigError, match="did you mean `max_steps`"):
+        parse_recipe_args(["--max_step", "3"], DEFAULT)
+
+
+def test_run_name_is_derived_from_the_config():
+    _, grpo, model, _ = parse_recipe_args(["--seed", "7", "--beta", "0.01"], DEFAULT)
+    name = default_run_name("math", model.model_name_or_path, grpo)
+    assert name == "math-SmolLM2-135M-Instruct-lr1e-05-eps0.2-0.28-beta0.01-seed7"

@@ -1,0 +1,82 @@
+"""Data sources -> disjoint train/held-out splits of chat prompts."""
+
+import json
+
+import pytest
+
+from grpo_recipes.config import RecipeArguments
+from grpo_recipes.data import check_data_args, load_splits, question_key, split_rows
+
+
+def args(**kw):
+    base = dict(gym_params={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}, train_size=200,
+                eval_size=30)
+    return RecipeArguments(**{**base, **kw})
+
+
+def questions(ds):
+    return {question_key(q) for q in ds["question"]}
+
+
+def test_reasoning_gym_splits_are_disjoint_and_chat_formatted():
+    a = args(prompt_template="{question} Answer in \\boxed{{}}.", system_prompt="Be brief.")
+    train, held = load_splits(a)
+    assert len(held) == 30 and 0 < len(train) <= 200
+    assert not questions(train) & questions(held)
+    row = train[0]
+    assert row["prompt"][0] == {"role": "system", "content": "Be brief."}
+    assert row["prompt"][1]["role"] == "user" and row["prompt"][1]["content"].endswith("Answer in \\boxed{}.")
+    assert json.loads(row["gym_entry"])["answer"] == row["answer"]
+
+
+def test_split_is_deterministic_per_seed():
+    a, b = load_splits(args()), load_splits(args())
+    assert a[1]["question"] == b[1]["question"]
+    c = load_splits(args(split_seed=1))
+    assert c[1]["question"] != a[1]["question"]
+
+
+def test_repeated_questions_never_straddle_the_split():
+    rows = [{"question": f"q{i % 7}", "answer": str(i)} for i in range(100)]
+    rows += [{"question": "  Q3 ", "answer": "x"}]  # same question after normalisation
+    train, held = split_rows(rows, None, args(eval_size=3))
+    held_keys = {question_key(r["question"]) for r in held}
+    assert len(held) == 3 and all(question_key(r["question"]) not in held_keys for r in train)
+
+
+def test_given_eval_source_removes_its_questions_from_training():
+    rows = [{"question": f"q{i}", "answer": "1"} for i in range(20)]
+    eval_rows = [{"question": "q3", "answer": "1"}, {"question": "q4", "answer": "1"}]
+    train, held = split_rows(rows, eval_rows, args(eval_size=10))
+    assert [r["question"] for r in held] == ["q3", "q4"]
+    assert {"q3", "q4"}.isdisjoint(r["question"] for r in train) and len(train) == 18
+
+
+def test_file_source_keeps_columns_and_extracts_answers(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps({"problem": f"What is {i}+{i}?", "solution": f"so\n#### {2 * i}",
+                                          "tests": ["assert True"]}) for i in range(40)))
+    a = args(dataset_source="file", dataset_path=str(path), question_field="problem", answer_field="solution",
+             answer_regex=r"#### (.*)$", eval_size=5, train_size=100)
+    assert check_data_args(a) == []
+    train, held = load_splits(a)
+    assert len(held) == 5 and len(train) == 35
+    row = held[0]
+    assert row["answer"] == str(2 * int(row["question"].split()[2].split("+")[0]))
+    assert row["tests"] == ["assert True"]
+
+
+def test_bad_data_settings_are_named():
+    problems = check_data_args(args(dataset_source="hf", prompt_template="no placeholder", answer_regex="(", eval_size=-1))
+    text = "\n".join(problems)
+    for field in ("dataset_source", "prompt_template", "answer_regex", "eval_size"):
+        assert field in text
+    assert any("dataset_path: required" in p for p in check_data_args(args(dataset_source="file")))
+    assert any("gym_task" in p for p in check_data_args(args(gym_task="no_such_task")))
+
+
+def test_missing_question_column_names_the_field(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"q": "x", "answer": "1"}) + "\n")
+    with pytest.raises(KeyError, match="question_field"):
+        load_splits(args(dataset_source="file", dataset_path=str(path)))

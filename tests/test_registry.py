@@ -1,0 +1,148 @@
+"""The reward registry: discovery of drop-in files, start-up checks, and the TRL-facing wrapper."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+from grpo_recipes import registry
+from grpo_recipes.registry import CompiledReward, RewardContractError, RewardSpec
+
+
+def write_reward(folder, name, body):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_shipped_rewards_are_found_with_their_contract():
+    known = registry.available()
+    mc = known["math_correctness"]
+    assert mc.columns == ("answer",)
+    assert "timeout_s" in mc.params and "log_metric" in mc.context
+    assert mc.doc  # `rewards list` shows it
+
+
+def test_drop_in_file_is_usable_by_name_from_yaml_with_weight(tmp_path, tiny_model_dir, run_env):
+    """A file added under rewards/ (here: the cwd's rewards/) is picked up by name, weight and params."""
+    write_reward(run_env / "rewards", "shout", '''
+        from grpo_recipes.registry import reward
+
+        @reward("shout_reward")
+        def shout_reward(completions, *, bonus: float = 0.5):
+            """Scores upper-case letters."""
+            return [bonus + sum(c.isupper() for c in t) / max(len(t), 1) for t in completions]
+    ''')
+    config = run_env / "cfg.yaml"
+    config.write_text((REPO / "recipes/configs/math_cpu.yaml").read_text().split("rewards:")[0] + textwrap.dedent("""
+        rewards:
+          - {name: math_correctness, weight: 1.0}
+          - {name: shout_reward, weight: 0.25, params: {bonus: 2.0}}
+    """))
+    from conftest import tiny_run_args
+    out = run_env / "out"
+    cmd = [sys.executable, str(REPO / "recipes/math_grpo.py"), "--config", str(config),
+           *tiny_run_args(tiny_model_dir, out, 1), "--report_to", "none"]
+    proc = subprocess.run(cmd, cwd=run_env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rewards/shout_reward/mean" in proc.stdout + proc.stderr
+    # bonus 2.0 from YAML reached the function: the mean is at least 2
+    line = next(l for l in (proc.stdout + proc.stderr).splitlines() if "rewards/shout_reward/mean" in l)
+    mean = float(line.split("'rewards/shout_reward/mean': '")[1].split("'")[0])
+    assert mean >= 2.0
+
+
+def test_reward_dirs_env_and_launch_from_elsewhere(tmp_path, monkeypatch):
+    folder = tmp_path / "my_rewards"
+    write_reward(folder, "envfound", '''
+        from grpo_recipes.registry import reward
+
+        @reward("env_found")
+        def env_found(completions, answer):
+            return [1.0 for _ in completions]
+    ''')
+    monkeypatch.setenv(registry.ENV_REWARD_DIRS, str(folder))
+    monkeypatch.chdir(tmp_path)  # not the repo root: the shipped rewards must still be found
+    known = registry.available()
+    assert "env_found" in known and "math_correctness" in known
+    assert known["env_found"].columns == ("answer",)
+
+
+def test_no_top_level_rewards_package_is_imported():
+    registry.available()
+    assert "rewards" not in sys.modules
+    assert not any(name.startswith("rewards.") for name in sys.modules)
+
+
+def test_duplicate_name_in_two_files_is_an_error(tmp_path, monkeypatch):
+    for stem in ("a", "b"):
+        write_reward(tmp_path / "dups", stem, f'''
+            from grpo_recipes.registry import reward
+
+            @reward("twice_defined")
+            def f_{stem}(completions):
+                return [0.0 for _ in completions]
+        ''')
+    with pytest.raises(ImportError, match="defined twice"):
+        registry.available([tmp_path / "dups"])
+
+
+def test_contract_checks_name_the_problem_and_the_fix():
+    known = registry.available()
+    specs = [RewardSpec.parse("nope", 0), RewardSpec.parse({"name": "think_format", "params": {"strictt": True}}, 1),
+             RewardSpec.parse({"name": "math_correctness"}, 2)]
+    problems = registry.check_specs(specs, known, columns=["prompt", "question"])
+    assert any("unknown reward 'nope'" in p and "math_correctness" in p for p in problems)
+    assert any("params.strictt" in p and "strict" in p for p in problems)
+    assert any("needs dataset column 'answer'" in p for p in problems)
+    with pytest.raises(ValueError, match=r"rewards\[0\].weight"):
+        RewardSpec.parse({"name": "x", "weight": "heavy"}, 0)
+    with pytest.raises(ValueError, match=r"unknown keys \['wieght'\]"):
+        RewardSpec.parse({"name": "x", "wieght": 1}, 0)
+
+
+def test_signature_must_name_its_inputs():
+    with pytest.raises(TypeError, match="first parameter must be `completions`"):
+        registry._describe(lambda texts: [], "bad", "here")
+    with pytest.raises(TypeError, match=r"\*\*kwargs hide the contract"):
+        registry._describe(lambda completions, **kw: [], "bad", "here")
+
+
+def _compiled(func, **params):
+    rdef = registry._describe(func, "t", "test")
+    faults = []
+    return CompiledReward(rdef, RewardSpec("t", 1.0, params), fault_log=faults.append), faults
+
+
+def test_compiled_reward_reads_chat_completions_and_columns():
+    def scorer(completions, answer, *, scale: float = 1.0):
+        return [scale * float(t.strip() == a) for t, a in zip(completions, answer)]
+
+    fn, _ = _compiled(scorer, scale=2.0)
+    out = fn([[{"role": "assistant", "content": "4"}], [{"role": "assistant", "content": "5"}]], answer=["4", "4"],
+             prompts=[[], []], trainer_state=None)
+    assert out == [2.0, 0.0]
+
+
+def test_a_reward_that_raises_on_one_completion_gives_none_for_it_only():
+    def fragile(completions):
+        return [1.0 / len(t) for t in completions]  # ZeroDivisionError on ""
+
+    fn, faults = _compiled(fragile)
+    metrics = {}
+    out = fn(["ab", "", "abcd"], log_metric=lambda k, v: metrics.__setitem__(k, v))
+    assert out == [0.5, None, 0.25]
+    assert fn.error_count == 1 and len(faults) == 1 and faults[0]["completion"] == ""
+    assert metrics["rewards/t/none_rate"] == pytest.approx(1 / 3)
+
+
+def test_contract_violations_are_bugs_not_faults():
+    fn, _ = _compiled(lambda completions: [1.0])
+    with pytest.raises(RewardContractError, match="returned 1 values for 2 completions"):
+        fn(["a", "b"])
+    fn, _ = _compiled(lambda completions: ["high" for _ in completions])
+    with pytest.raises(RewardContractError, match="expected float or None"):
+        fn(["a"])
