@@ -18,6 +18,7 @@ from typing import Any
 from .registry import RewardSpec
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+PATH_FIELDS = {"dataset_path", "eval_path"}
 
 
 @dataclass
@@ -140,6 +141,9 @@ def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None
     config = read_yaml(config_path) if config_path else {}
     for key, value in (config.pop("env", None) or {}).items():
         os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
+    for key in PATH_FIELDS & config.keys():  # a config file's paths are relative to the file, not to the cwd
+        if config[key] and not Path(config[key]).expanduser().is_absolute():
+            config[key] = str((config_path.parent / config[key]).resolve())
     known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}
     problems = [unknown_key_message(k, known, "config file") for k in config if k not in known]
     if problems:

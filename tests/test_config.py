@@ -41,3 +41,14 @@ def test_run_name_is_derived_from_the_config():
     _, grpo, model, _ = parse_recipe_args(["--seed", "7", "--beta", "0.01"], DEFAULT)
     name = default_run_name("math", model.model_name_or_path, grpo)
     assert name == "math-SmolLM2-135M-Instruct-lr1e-05-eps0.2-0.28-beta0.01-seed7"
+
+
+def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    cfg = tmp_path / "sub" / "c.yaml"
+    cfg.write_text("dataset_source: file\ndataset_path: data/rows.jsonl\n")
+    monkeypatch.chdir(tmp_path)
+    recipe, *_ = parse_recipe_args(["--config", str(cfg)])
+    assert recipe.dataset_path == str(tmp_path / "sub" / "data" / "rows.jsonl")
+    recipe, *_ = parse_recipe_args(["--config", str(cfg), "--dataset_path", "cli.jsonl"])
+    assert recipe.dataset_path == "cli.jsonl"  # a CLI path is the user's, relative to where they stand
