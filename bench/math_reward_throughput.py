@@ -1,0 +1,125 @@
+"""Throughput of `math_correctness` against TRL's `accuracy_reward`, on the same realistic completions, in one run.
+
+    python bench/math_reward_throughput.py [--batches 20] [--batch-size 64] [--pool-workers 2]
+
+The mix imitates a GSM8K-style run with a \\boxed{} instruction: mostly boxed integers (right and wrong), some
+LaTeX forms, unboxed answers and long answerless reasoning. Each gold repeats once per generation (8), as in GRPO.
+Both rewards get the completions as chat messages would give them. The last line also times math_correctness
+split over a warm process pool, to show whether parallel verification pays at this batch size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+GENERATIONS = 8
+
+
+def reasoning(rng: random.Random, chars: int) -> str:
+    steps = []
+    while sum(map(len, steps)) < chars:
+        a, b = rng.randint(2, 999), rng.randint(2, 99)
+        steps.append(rng.choice([f"First, {a} + {b} = {a + b}.", f"Then {a} x {b} = {a * b}.",
+                                 f"So we subtract: {a} - {b} = {a - b}.", f"Half of {a * 2} is {a}."]))
+    return " ".join(steps)
+
+
+def completion(rng: random.Random, gold: int) -> str:
+    think = reasoning(rng, rng.randint(200, 1500))
+    kind = rng.random()
+    if kind < 0.45:
+        return f"{think}\nThe answer is \\boxed{{{gold}}}."
+    if kind < 0.70:
+        return f"{think}\nThe answer is \\boxed{{{gold + rng.choice([-10, -1, 1, 2, 100])}}}."
+    if kind < 0.78:
+        return f"{think}\nSo the answer is $\\boxed{{{gold}}}$"
+    if kind < 0.85:
+        return f"{think}\n\\boxed{{\\frac{{{2 * gold}}}{{2}}}}"
+    if kind < 0.95:
+        return f"{think}\nThe answer is {gold}."
+    return reasoning(rng, rng.randint(2000, 4000))  # truncated: no answer at all
+
+
+def batches(n: int, size: int, seed: int = 0) -> list[tuple[list[str], list[str]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        golds = [rng.randint(1, 5000) for _ in range(size // GENERATIONS)]
+        texts, answers = [], []
+        for gold in golds:
+            for _ in range(GENERATIONS):
+                texts.append(completion(rng, gold))
+                answers.append(str(gold))
+        out.append((texts, answers))
+    return out
+
+
+def _math_correctness():
+    from grpo_recipes.registry import available
+
+    return available()["math_correctness"].func
+
+
+def ours(texts: list[str], answers: list[str]) -> list:
+    return _math_correctness()(texts, answers, log_metric=lambda name, value: None)
+
+
+def trl_accuracy(texts: list[str], answers: list[str]) -> list:
+    from trl.rewards import accuracy_reward
+
+    return accuracy_reward([[{"role": "assistant", "content": t}] for t in texts], answers)
+
+
+def timed(fn, data) -> tuple[float, list]:
+    fn(*data[0])  # warm-up: imports, regex compilation
+    start = time.perf_counter()
+    results = [fn(*batch) for batch in data]
+    return time.perf_counter() - start, results
+
+
+def pooled(pool: ProcessPoolExecutor, workers: int):
+    def run(texts, answers):
+        chunk = -(-len(texts) // workers)
+        parts = [(texts[i : i + chunk], answers[i : i + chunk]) for i in range(0, len(texts), chunk)]
+        return [s for part in pool.map(ours, *zip(*parts)) for s in part]
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--pool-workers", type=int, default=2)
+    args = parser.parse_args()
+    data = batches(args.batches, args.batch_size)
+    n = sum(len(t) for t, _ in data)
+
+    t_trl, r_trl = timed(trl_accuracy, data)
+    t_ours, r_ours = timed(ours, data)
+    flat_trl = [s for r in r_trl for s in r]
+    flat_ours = [s for r in r_ours for s in r]
+    # TRL's reward does not read unboxed answers (try_extract_without_anchor=False); ours does, so they may differ.
+    texts = [t for batch, _ in data for t in batch]
+    differ = [("\\boxed" in t) for t, a, b in zip(texts, flat_trl, flat_ours) if a != b]
+    chars = sum(len(t) for texts, _ in data for t in texts) / n
+    print(f"{n} completions in batches of {args.batch_size}, mean {chars:.0f} chars")
+    print(f"trl accuracy_reward : {n / t_trl:8.1f} completions/s   (accuracy {sum(map(bool, flat_trl)) / n:.2f})")
+    print(f"math_correctness    : {n / t_ours:8.1f} completions/s   (accuracy {sum(map(bool, flat_ours)) / n:.2f})")
+    print(f"ratio               : {t_trl / t_ours:8.2f}x")
+    print(f"verdicts that differ: {differ.count(False)} on unboxed answers, {differ.count(True)} on boxed ones")
+    with ProcessPoolExecutor(args.pool_workers) as pool:
+        t_pool, r_pool = timed(pooled(pool, args.pool_workers), data)
+    assert r_pool == r_ours
+    print(f"math_correctness, {args.pool_workers}-process pool: {n / t_pool:8.1f} completions/s "
+          f"({t_ours / t_pool:.2f}x serial; {os.cpu_count()} CPUs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""JSON rewards: extraction, schema partial credit, field accuracy and their metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from grpo_recipes.json_data import build_rows
+from grpo_recipes.registry import available
+
+REWARDS = available()
+JSON = sys.modules[REWARDS["json_schema"].func.__module__]
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+                   "email": {"type": "string", "format": "email"},
+                   "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name", "age", "email"],
+    "additionalProperties": False,
+}
+
+
+def run(name: str, completions: list[str], column: list) -> tuple[list, dict]:
+    metrics = {}
+    out = REWARDS[name].func(completions, column, log_metric=metrics.__setitem__)
+    return out, metrics
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('```json\n{"a": 1}\n```', {"a": 1}),
+    ('Here: {"a": 1} and then the fix: {"a": 2}', {"a": 2}),                      # the last object wins
+    ('{"a": 1} then a broken one {"a": }', {"a": 1}),                               # ...the last that parses
+    ('<think>{"draft": true}</think>\n{"final": true}', {"final": True}),         # reasoning is not the answer
+    ('<think>{"draft": true}', None),                                               # unclosed: no answer yet
+    ('{"s": "a } brace and a \\" quote {"}', {"s": 'a } brace and a " quote {'}),  # braces inside strings
+    ('He said "hi" {"a": [1, {"b": 2}]}', {"a": [1, {"b": 2}]}),                    # quotes in prose
+    ("[1, 2]", None),
+    ("no json here", None),
+    ("{" * 5000 + "}" * 5000, None),                                                # too deep for json: no object
+])
+def test_extract_json_object(text, expected):
+    assert JSON.extract_json_object(text) == expected
+
+
+def test_schema_reward_gives_partial_credit_in_order():
+    good = {"name": "Ada", "age": 36, "email": "ada@example.org"}
+    texts = [
+        json.dumps(good),
+        json.dumps({**good, "extra": 1}),             # all required fields fine, but additionalProperties
+        json.dumps({**good, "age": -1}),              # one of three required fields invalid
+        json.dumps({"name": "Ada"}),                  # one of three present
+        json.dumps({"unrelated": True}),
+        "no json",
+    ]
+    out, metrics = run("json_schema", texts, [SCHEMA] * len(texts))
+    assert out[0] == 1.0 and out[-1] == 0.0
+    assert out[1] == pytest.approx(0.9)
+    assert out[2] == pytest.approx(0.1 + 0.8 * 2 / 3)
+    assert out[3] == pytest.approx(0.1 + 0.8 / 3)
+    assert out[4] == pytest.approx(0.1)
+    assert metrics["parse_rate"] == pytest.approx(5 / 6)
+    assert metrics["schema_valid_rate"] == pytest.approx(1 / 6)
+
+
+def test_schema_reward_checks_formats_and_accepts_schema_as_text():
+    texts = ['{"name": "A", "age": 1, "email": "not-an-email"}', '{"name": "A", "age": 1, "email": "a@b.org"}']
+    out, _ = run("json_schema", texts, [json.dumps(SCHEMA)] * 2)
+    assert out[0] < 1.0 and out[1] == 1.0
+
+
+def test_schema_reward_gives_none_for_unusable_schemas():
+    out, metrics = run("json_schema", ['{"a": 1}'] * 3, ["not json", {"type": "nonsense"}, SCHEMA])
+    assert out[:2] == [None, None] and out[2] == pytest.approx(0.1)
+    assert metrics["schema_unusable"] == pytest.approx(2 / 3)
+
+
+def test_field_accuracy_normalises_strings_and_numbers():
+    gold = {"name": "Ada Lovelace", "age": 36, "price": 2.5, "online": False, "tags": ["a", "b"]}
+    texts = [
+        '{"name": "  ada   LOVELACE ", "age": 36.0, "price": 2.50, "online": false, "tags": ["A", "b"]}',
+        '{"name": "Ada", "age": "36", "price": 2.5, "online": 0, "tags": ["b", "a"]}',
+        "nothing",
+    ]
+    out, metrics = run("json_field_accuracy", texts, [json.dumps(gold)] * 3)
+    assert out == [1.0, pytest.approx(1 / 5), 0.0]  # "36" is not 36, 0 is not false, order of a list matters
+    assert metrics["parse_rate"] == pytest.approx(2 / 3)
+
+
+def test_field_accuracy_gives_none_for_unusable_gold():
+    out, metrics = run("json_field_accuracy", ['{"a": 1}'] * 4, ["not json", "[]", "{}", '{"a": 1}'])
+    assert out == [None, None, None, 1.0]
+    assert metrics["gold_unusable"] == pytest.approx(3 / 4)
+
+
+def test_dataset_gold_scores_full_marks_on_both_rewards():
+    rows = build_rows(12, seed=3)
+    answers = [f"<think>\nreading\n</think>\n```json\n{r['gold']}\n```" for r in rows]
+    assert run("json_schema", answers, [r["schema"] for r in rows])[0] == [1.0] * 12
+    assert run("json_field_accuracy", answers, [r["gold"] for r in rows])[0] == [1.0] * 12
