@@ -1,0 +1,142 @@
+"""The sandbox's contract: counts, honest statuses, stdin/stdout cases, the batch pool, and HumanEval end to end."""
+
+import dataclasses
+import os
+import time
+
+import pytest
+
+from grpo_recipes import sandbox
+from grpo_recipes.code_data import load_humaneval
+from grpo_recipes.sandbox import OUTPUT_CAP, Job, run_io_tests, run_many, run_tests
+
+SQUARE = "def f(x):\n    return x * x\n"
+
+
+def test_isolation_is_detected_and_usable():
+    iso = sandbox.isolation()
+    assert iso.mode in ("namespaces", "userns", "none"), iso.describe()
+    if os.geteuid() == 0:
+        assert iso.drop_uid or iso.mode == "unavailable"
+
+
+def test_counts_passes_and_failures_per_test():
+    result = run_tests(SQUARE, ["assert f(2) == 4", "assert f(3) == 10", "assert f(-1) == 1"])
+    assert (result.passed, result.total, result.status) == (2, 3, "failed")
+    assert result.results == (True, False, True)
+    assert result.fraction == pytest.approx(2 / 3)
+    assert "AssertionError" in result.stderr
+
+
+def test_all_passing_is_ok_and_the_result_is_frozen():
+    result = run_tests(SQUARE, ["assert f(2) == 4", "assert f(0) == 0"])
+    assert (result.passed, result.status) == (2, "ok")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.passed = 3
+
+
+def test_a_program_that_does_not_load_fails_every_test():
+    result = run_tests("def f(:\n", ["assert True", "pass"])
+    assert (result.passed, result.status) == (0, "failed")
+    assert "SyntaxError" in result.stderr
+
+
+def test_tests_share_the_program_namespace_and_stdlib_imports_work():
+    program = "import json, math, collections, itertools, hashlib, re\nstate = []\n"
+    result = run_tests(program, ["state.append(math.sqrt(16))", "assert state == [4.0]",
+                                 "assert hashlib.md5(b'a').hexdigest().startswith('0cc1')"])
+    assert result.status == "ok", result
+
+
+def test_timeout_keeps_the_tests_observed_before_it():
+    result = run_tests(SQUARE, ["assert f(2) == 4", "while True: pass", "assert f(1) == 1"], timeout_s=1)
+    assert (result.status, result.passed, result.total) == ("timeout", 1, 3)
+    assert result.elapsed_s < 1 + 5
+
+
+def test_crash_is_not_a_wrong_answer():
+    segfault = "import ctypes\nctypes.string_at(0)\n"
+    result = run_tests(SQUARE, ["assert f(2) == 4", segfault, "assert f(1) == 1"])
+    assert (result.status, result.passed) == ("crashed", 1)
+    assert "signal 11" in result.detail
+
+
+def test_sandbox_that_cannot_start_is_infra_error(monkeypatch):
+    monkeypatch.setattr(sandbox, "PYTHON", "/nonexistent/python")
+    sandbox.shutdown()  # idle zygotes would still work: force fresh ones
+    result = run_many([Job(SQUARE, ("assert f(2) == 4",))], max_workers=1)[0]
+    assert result.status == "infra_error" and result.passed == 0
+    assert "nonexistent" in result.detail
+
+
+def test_output_is_capped():
+    result = run_tests("print('x' * 10_000_000)\nimport sys\nsys.stderr.write('y' * 10_000_000)", ["pass"])
+    assert result.status == "ok"
+    assert OUTPUT_CAP // 2 < len(result.stdout) <= OUTPUT_CAP and len(result.stderr) <= OUTPUT_CAP
+
+
+def test_the_work_dir_is_private_writable_and_gone_afterwards():
+    program = "import os\nopen('notes.txt', 'w').write('hi')\nprint(os.getcwd())\n"
+    result = run_tests(program, ["assert open('notes.txt').read() == 'hi'", "assert os.environ['HOME'] == os.getcwd()"])
+    assert result.status == "ok", result
+    assert not os.path.exists(result.stdout.strip())
+
+
+def test_io_cases_compare_stdout_outside_the_sandbox():
+    program = "import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)   \n"
+    result = run_io_tests(program, [("1 2\n", "3\n"), ("5 5", "10"), ("2 2", "5")])
+    assert (result.passed, result.total, result.status) == (2, 3, "failed")
+    assert result.results == (True, True, False)
+
+
+def test_io_exit_codes_exceptions_and_exit():
+    assert run_io_tests("print('a')\nraise SystemExit(0)\nprint('b')", [("", "a")]).status == "ok"
+    assert run_io_tests("print('a')\nimport sys\nsys.exit(3)", [("", "a")]).status == "failed"
+    raised = run_io_tests("print('a')\n1 / 0", [("", "a")])
+    assert raised.status == "failed" and "ZeroDivisionError" in raised.stderr
+    assert run_io_tests("input()", [("", "")]).status == "failed"  # EOFError: no more stdin
+
+
+def test_io_timeout_and_oversized_output():
+    assert run_io_tests("while True: pass", [("", "")], timeout_s=1).status == "timeout"
+    flood = run_io_tests("print('7' * 100_000)", [("", "7")])
+    assert flood.status == "failed" and flood.passed == 0
+
+
+def test_job_validation():
+    with pytest.raises(ValueError):
+        Job("x = 1")
+    with pytest.raises(ValueError):
+        Job("x = 1", ("pass",), io_cases=(("", ""),))
+    with pytest.raises(ValueError):
+        Job("x = 1", ("pass",), memory_mb=1)
+
+
+def test_run_many_keeps_order_and_runs_in_parallel():
+    jobs = [Job(f"import time\ntime.sleep(0.5)\nx = {i}", (f"assert x == {i}",)) for i in range(8)]
+    start = time.monotonic()
+    results = run_many(jobs, max_workers=8)
+    elapsed = time.monotonic() - start
+    assert [r.status for r in results] == ["ok"] * 8
+    assert elapsed < 8 * 0.5 * 0.75  # sequential would take 4 s; the pool overlaps the sleeps
+
+
+def test_run_many_of_nothing():
+    assert run_many([]) == []
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return load_humaneval()
+
+
+def test_humaneval_canonical_solutions_all_pass(humaneval):
+    results = run_many(Job(r["canonical_solution"], tuple(r["tests"]), timeout_s=10) for r in humaneval)
+    failed = [(r["task_id"], res.status, res.stderr[-300:]) for r, res in zip(humaneval, results) if res.status != "ok"]
+    assert len(results) == 164 and failed == []
+
+
+def test_humaneval_return_none_stubs_all_fail(humaneval):
+    results = run_many(Job(r["prompt"] + "    return None\n", tuple(r["tests"]), timeout_s=10) for r in humaneval)
+    assert len(results) == 164
+    assert {res.status for res in results} == {"failed"}
