@@ -7,6 +7,7 @@ side, so the same question can never be trained on and evaluated on, even when a
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import re
 import string
@@ -15,6 +16,8 @@ from pathlib import Path
 from .config import RecipeArguments
 
 SOURCES = ("reasoning_gym", "hub", "file")
+# Named held-out sets: module:function returning rows with `question` (+ whatever their rewards read).
+EVAL_SOURCES = {"humaneval": "grpo_recipes.code_data:load_humaneval"}
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -51,6 +54,10 @@ def check_data_args(args: RecipeArguments) -> list[str]:
 
         if args.gym_task not in reasoning_gym.factory.DATASETS:
             problems.append(f"gym_task: unknown reasoning-gym task '{args.gym_task}' (e.g. basic_arithmetic, chain_sum)")
+    if args.eval_source and args.eval_source not in EVAL_SOURCES:
+        problems.append(f"eval_source: '{args.eval_source}' is not one of {', '.join(EVAL_SOURCES)}")
+    if args.eval_source and (args.eval_split or args.eval_path):
+        problems.append("eval_source: set either eval_source or eval_split/eval_path, not both")
     try:
         fields_ = template_fields(args.prompt_template)
     except ValueError as exc:
@@ -151,6 +158,9 @@ def load_splits(args: RecipeArguments):
     else:
         rows = _file_rows(args.dataset_path)
         eval_rows = _file_rows(args.eval_path) if args.eval_path else None
+    if args.eval_source:
+        module, func = EVAL_SOURCES[args.eval_source].split(":")
+        eval_rows = getattr(importlib.import_module(module), func)()
     rows = [r for r in (_normalise(r, args) for r in rows) if r is not None]
     if eval_rows is not None:
         eval_rows = [r for r in (_normalise(r, args) for r in eval_rows) if r is not None]
