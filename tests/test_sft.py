@@ -1,0 +1,137 @@
+"""SFT warm-up: rendered targets earn full reward, held-out questions are never trained on, the loss covers only the
+assistant turn, and the saved folder is a model the GRPO recipe trains from."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, tiny_run_args
+
+from grpo_recipes import registry
+from grpo_recipes.config import parse_recipe_args
+from grpo_recipes.data import load_splits, question_key
+from grpo_recipes.sft import WarmupConfig, build_examples, main
+
+SFT_CONFIG = REPO / "recipes" / "configs" / "sft_math_cpu.yaml"
+GRPO_CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
+
+
+def sft_args(*argv):
+    recipe, cfg, _, _ = parse_recipe_args(["--report_to", "none", *argv], SFT_CONFIG, training_cls=WarmupConfig)
+    return recipe, cfg
+
+
+def completions_of(dataset):
+    return [c[0]["content"] for c in dataset["completion"]]
+
+
+@pytest.mark.parametrize("fmt", ["boxed", "think_boxed"])
+def test_rendered_targets_earn_full_format_and_correctness_reward(fmt):
+    recipe, cfg = sft_args("--sft_format", fmt)
+    dataset, _ = build_examples(recipe, cfg)
+    texts, answers = completions_of(dataset), dataset["answer"]
+    assert len(texts) == recipe.train_size
+    rewards = registry.available()
+    assert rewards["boxed_format"].func(texts) == [1.0] * len(texts)
+    assert rewards["math_correctness"].func(texts, answers, lambda *_: None) == [1.0] * len(texts)
+    think = rewards["think_format"].func(texts, strict=True)
+    assert think == ([1.0] * len(texts) if fmt == "think_boxed" else [0.0] * len(texts))
+
+
+def test_sft_trains_on_no_question_of_the_grpo_held_out_split():
+    recipe, cfg = sft_args()
+    dataset, sft_held_out = build_examples(recipe, cfg)
+    grpo_recipe, _, _, _ = parse_recipe_args(["--report_to", "none"], GRPO_CONFIG)
+    _, grpo_held_out = load_splits(grpo_recipe)
+    held_out = {question_key(q) for q in grpo_held_out["question"]}
+    assert len(held_out) == grpo_recipe.eval_size == 50
+    # The two configs must carve the same held-out split, or avoiding SFT's own would not protect GRPO's.
+    assert {question_key(q) for q in sft_held_out["question"]} == held_out
+    assert not {question_key(q) for q in dataset["question"]} & held_out
+
+
+def test_traces_file_drops_held_out_questions(tmp_path):
+    recipe, cfg = sft_args()
+    _, held_out = build_examples(recipe, cfg)
+    leaked = held_out["question"][0]
+    traces = tmp_path / "traces.jsonl"
+    lines = [{"question": leaked, "completion": "x \\boxed{1}"},
+             {"question": "Calculate 1234 + 1.", "completion": "1234 + 1 = 1235\n\\boxed{1235}", "answer": 1235}]
+    traces.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    recipe, cfg = sft_args("--sft_traces_path", str(traces))
+    dataset, _ = build_examples(recipe, cfg)
+    assert dataset["question"] == ["Calculate 1234 + 1."]
+    assert dataset["answer"] == ["1235"]
+    assert completions_of(dataset) == ["1234 + 1 = 1235\n\\boxed{1235}"]
+    assert dataset["prompt"][0][-1]["content"].startswith("Calculate 1234 + 1. Give only the final answer")
+
+
+def test_loss_is_on_the_assistant_turn_only(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    recipe, _ = sft_args("--train_size", "4", "--eval_size", "2")
+    cfg = WarmupConfig(output_dir=str(tmp_path), report_to=[], bf16=False, max_length=128)
+    dataset, _ = build_examples(recipe, cfg)
+    trainer = SFTTrainer(model=str(tiny_model_dir), args=cfg, train_dataset=dataset)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for row, prepared in zip(dataset, trainer.train_dataset, strict=True):
+        prompt = tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        labels = prepared["labels"]
+        assert labels[: len(prompt_ids)] == [-100] * len(prompt_ids)
+        assert all(x != -100 for x in labels[len(prompt_ids) :])
+        trained = tok.decode(labels[len(prompt_ids) :])
+        assert trained.startswith(row["completion"][0]["content"] + tok.eos_token), trained
+        assert row["question"] not in trained
+
+
+def run(script, args, cwd):
+    proc = subprocess.run([sys.executable, str(REPO / "recipes" / script), *args], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+def test_sft_output_is_a_model_the_math_recipe_trains_from(tiny_model_dir, run_env):
+    sft_out, grpo_out = run_env / "sft", run_env / "grpo"
+    sft_args_ = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(sft_out), "--max_steps", "2",
+                 "--per_device_train_batch_size", "4", "--train_size", "40", "--eval_size", "8",
+                 "--format_eval_max_new_tokens", "8", "--logging_steps", "1"]
+    proc = run("sft_warmup.py", sft_args_, run_env)
+    assert (sft_out / "model.safetensors").is_file() and (sft_out / "tokenizer.json").is_file()
+    report = json.loads((sft_out / "format_eval.json").read_text())
+    for when in ("before", "after"):
+        assert report[when]["n"] == 8
+        assert 0.0 <= report[when]["format_rate"] <= 1.0
+    assert "held-out after SFT:" in proc.stdout
+    from test_recipe_e2e import trackio_metrics
+
+    logged = " ".join(m for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-sft_math"))
+    assert "train/loss" in logged and "eval/format_rate_after" in logged
+
+    run("math_grpo.py", tiny_run_args(sft_out, grpo_out, 1), run_env)
+    assert (grpo_out / "model.safetensors").is_file()
+
+
+def test_lora_warm_up_is_saved_merged(tiny_model_dir, run_env):
+    from grpo_recipes.models import resolve_model
+
+    out = run_env / "lora"
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",
+            "--per_device_train_batch_size", "4", "--train_size", "8", "--eval_size", "2", "--format_eval", "false",
+            "--report_to", "none", "--use_peft"]
+    assert main("sft_math", SFT_CONFIG, argv) == 0
+    assert not (out / "adapter_config.json").exists()  # an adapter folder would not load as a GRPO model
+    assert resolve_model(str(out)) == (str(out), "local")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--sft_format", "xml"], "sft_format: 'xml' is not one of boxed, think_boxed"),
+    (["--sft_traces_path", "missing.jsonl"], "sft_traces_path: no such file missing.jsonl"),
+    (["--answer_field", ""], "answer_field: rendered SFT targets need gold answers"),
+])
+def test_bad_settings_are_reported_before_any_model_loads(argv, message, capsys):
+    assert main("sft_math", SFT_CONFIG, ["--report_to", "none", *argv]) == 2
+    assert message in capsys.readouterr().err
