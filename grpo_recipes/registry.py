@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import sys
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,7 +210,14 @@ class CompiledReward:
     and turns a reward that raises into None for the completions concerned (counted, never silent).
     """
 
-    def __init__(self, rdef: RewardDef, spec: RewardSpec, fault_log: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        rdef: RewardDef,
+        spec: RewardSpec,
+        fault_log: Callable[[dict], None] | None = None,
+        max_failure_rate: float | None = None,
+        failure_window: int = 64,
+    ):
         self.rdef, self.spec = rdef, spec
         self.__name__ = spec.metric_name  # TRL logs rewards/<__name__>/mean
         self.kwargs = {**rdef.params, **spec.params}
@@ -218,6 +226,9 @@ class CompiledReward:
         self.scored = 0
         self.none_count = 0
         self.error_count = 0
+        # Faults (the reward raised) of the last `failure_window` completions, 1 per fault; None: never stop.
+        self.max_failure_rate = max_failure_rate
+        self._recent: deque[int] = deque(maxlen=max(int(failure_window), 1))
 
     def _metric(self, log_metric: Callable | None) -> Callable[[str, float], None]:
         prefix = f"rewards/{self.__name__}/"
@@ -242,6 +253,7 @@ class CompiledReward:
         context = {}
         for name in self.rdef.context:
             context[name] = log_metric if name == "log_metric" else kwargs.get(name)
+        errors_before = self.error_count
         try:
             scores = self._invoke(texts, columns, context)
         except RewardContractError:
@@ -253,7 +265,31 @@ class CompiledReward:
         self.none_count += nones
         self.scored += len(scores)
         log_metric("none_rate", nones / max(len(scores), 1))
+        faults = self.error_count - errors_before
+        log_metric("fault_rate", faults / max(len(scores), 1))
+        self._check_failure_rate(faults, len(scores))
         return scores
+
+    def _check_failure_rate(self, faults: int, n: int) -> None:
+        """Stop the run once too many completions could not be scored: past that, training follows noise.
+
+        Judged over a full window; before it is full, only when the faults seen already exceed the limit for a
+        full window (so a reward that fails on everything stops the run at its first batch).
+        """
+        self._recent.extend([1] * faults + [0] * (n - faults))
+        if self.max_failure_rate is None:
+            return
+        count, window = sum(self._recent), self._recent.maxlen
+        full = len(self._recent) == window
+        if (full and count / window > self.max_failure_rate) or count > self.max_failure_rate * window:
+            seen = len(self._recent)
+            where = getattr(self.fault_log, "path", None) or "the fault log"
+            raise RewardFailureRateExceeded(
+                f"reward '{self.__name__}' raised on {count} of the last {seen} completions ({count / seen:.0%}), "
+                f"more than max_reward_failure_rate {self.max_failure_rate:g} of a {window}-completion window; "
+                f"stopping rather than training on unscored completions. The errors and the completions that caused "
+                f"them are in {where}. Fix the reward, or raise max_reward_failure_rate (1 never stops)."
+            )
 
     def _one_by_one(self, texts: list[str], columns: dict[str, list], context: dict[str, Any]) -> list:
         """The batch raised: find the completions that make it raise, give those None, keep the rest."""
@@ -279,6 +315,10 @@ class RewardContractError(RuntimeError):
     """The reward broke its contract for the whole batch (wrong length or type): a bug to fix, not a fault to skip."""
 
 
+class RewardFailureRateExceeded(RuntimeError):
+    """A reward raised on more than max_reward_failure_rate of its recent completions: the run stops."""
+
+
 def _as_score(name: str, value: Any) -> float | None:
     if value is None:
         return None
@@ -289,8 +329,12 @@ def _as_score(name: str, value: Any) -> float | None:
 
 
 def compile_rewards(
-    specs: list[RewardSpec], known: dict[str, RewardDef], fault_log: Callable[[dict], None] | None = None
+    specs: list[RewardSpec],
+    known: dict[str, RewardDef],
+    fault_log: Callable[[dict], None] | None = None,
+    max_failure_rate: float | None = None,
+    failure_window: int = 64,
 ) -> tuple[list[CompiledReward], list[float]]:
     """Specs -> (TRL reward_funcs, reward_weights). Call check_specs first; this assumes they passed."""
-    funcs = [CompiledReward(known[s.name], s, fault_log) for s in specs]
+    funcs = [CompiledReward(known[s.name], s, fault_log, max_failure_rate, failure_window) for s in specs]
     return funcs, [s.weight for s in specs]

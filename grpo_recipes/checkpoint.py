@@ -1,0 +1,548 @@
+"""Checkpoints that survive kills, a clean stop on SIGTERM/SIGINT, and exact resume (docs/reliability.md).
+
+Atomic checkpoints. transformers 5.24's `Trainer._save_checkpoint` writes straight into `checkpoint-N` (no temp dir),
+so a kill during a save leaves a half-written folder that `get_last_checkpoint` would happily pick. Rather than
+re-implementing the save, completeness is marked: after everything is written (model, optimizer, scheduler, RNG,
+trainer_state.json, TRL's extras), `on_save` fsyncs the files and writes `checkpoint_complete.json` last, atomically
+(temp file + rename), listing every file with its size. A checkpoint is valid only if that marker exists and every file
+it lists is there with that size; resume picks the newest valid one and removes the invalid ones.
+
+Retention is taken over from the Trainer: its rotation runs *before* `on_save`, counts half-written folders, and with
+save_total_limit=1 deletes the previous good checkpoint before the new one is marked. Here the oldest complete
+checkpoints beyond the limit are deleted only after the new one is marked, so a complete checkpoint exists at all times.
+
+Resume restores model, optimizer, scheduler and RNG through the Trainer, which also fast-forwards the data within
+the interrupted epoch. TRL's RepeatSampler draws each epoch's order from one generator seeded once, so a run resumed
+in a later epoch would replay the first epoch's order; `on_epoch_begin` re-derives the generator for the epoch so the
+order is the one an uninterrupted run sees.
+
+Metric history. transformers' TrackioCallback logs each record with Trackio's own step counter and adds
+`train/global_step`; `trackio.init(resume="allow")` appends to the run of the same name. After a SIGKILL at step k
+with the last valid checkpoint at c < k, steps c+1..k would be logged twice. Before training restarts, the rows of this
+run that belong to steps after c are deleted from Trackio's local SQLite database (they are about to be recomputed,
+and the recomputed values are the ones that lead to the final model). `on_save` also flushes Trackio's write queue
+before marking a checkpoint complete, so every step up to a valid checkpoint is on disk: no gaps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger("grpo_recipes")
+
+SENTINEL = "checkpoint_complete.json"
+RUN_INFO = "grpo_recipes_run.json"  # the Trackio project/run name, so a resumed run logs to the same run
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+_TRAINER_STATE = "trainer_state.json"
+
+
+# ------------------------------------------------------------------------------------------ checkpoint folders
+
+
+def checkpoint_dirs(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """(step, path) of every checkpoint-N folder, oldest first. Complete or not."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return []
+    found = []
+    for child in out.iterdir():
+        m = _CHECKPOINT_RE.match(child.name)
+        if m and child.is_dir():
+            found.append((int(m.group(1)), child))
+    return sorted(found)
+
+
+def verify(path: str | os.PathLike) -> str | None:
+    """None when `path` is a complete checkpoint, else why not."""
+    path = Path(path)
+    marker = path / SENTINEL
+    if not marker.is_file():
+        return f"no {SENTINEL}: the save did not finish (the process was killed while saving?)"
+    try:
+        manifest = json.loads(marker.read_text())
+        files = manifest["files"]
+        step = int(manifest["step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{SENTINEL} is unreadable ({exc})"
+    m = _CHECKPOINT_RE.match(path.name)
+    if m and int(m.group(1)) != step:
+        return f"{SENTINEL} is for step {step}, not {m.group(1)}"
+    if _TRAINER_STATE not in files:
+        return f"{_TRAINER_STATE} was not saved"
+    for rel, size in files.items():
+        f = path / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        actual = f.stat().st_size
+        if actual != size:
+            return f"{rel} has {actual} bytes, {size} were written (truncated or overwritten)"
+    return None
+
+
+def latest_complete(output_dir: str | os.PathLike) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(newest complete checkpoint or None, [(incomplete checkpoint, why)] for every invalid one)."""
+    best, invalid = None, []
+    for _, path in reversed(checkpoint_dirs(output_dir)):
+        why = verify(path)
+        if why:
+            invalid.append((path, why))
+        elif best is None:
+            best = path
+    return best, invalid
+
+
+def checkpoint_step(path: str | os.PathLike) -> int:
+    with open(Path(path) / _TRAINER_STATE) as f:
+        return int(json.load(f)["global_step"])
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mark_complete(path: str | os.PathLike, step: int) -> None:
+    """Write the completeness marker, last: data first on disk, then the marker, atomically."""
+    path = Path(path)
+    files = {}
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        rel = f.relative_to(path).as_posix()
+        if rel.startswith(SENTINEL):
+            continue
+        _fsync(f)  # a power cut must not leave a marker that vouches for data still in the page cache
+        files[rel] = f.stat().st_size
+    tmp = path / f"{SENTINEL}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"step": step, "time": time.time(), "files": files}, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path / SENTINEL)
+    _fsync(path, directory=True)
+
+
+def remove_checkpoint(path: Path) -> None:
+    # The marker goes first: a kill during rmtree then leaves an incomplete folder, never a damaged "complete" one.
+    (path / SENTINEL).unlink(missing_ok=True)
+    shutil.rmtree(path)
+
+
+def rotate(output_dir: str | os.PathLike, keep: int | None, protect: str | os.PathLike | None = None) -> list[Path]:
+    """Delete the oldest complete checkpoints beyond `keep` (None or <= 0: keep all). The newest is never deleted,
+    nor `protect` (the best checkpoint when load_best_model_at_end)."""
+    if not keep or keep <= 0:
+        return []
+    complete = [p for _, p in checkpoint_dirs(output_dir) if verify(p) is None]
+    protected = {complete[-1].resolve()} if complete else set()
+    if protect:
+        protected.add(Path(protect).resolve())
+    removed = []
+    excess = len(complete) - max(keep, len(protected))
+    for path in complete:
+        if excess <= 0:
+            break
+        if path.resolve() not in protected:
+            remove_checkpoint(path)
+            removed.append(path)
+            excess -= 1
+    return removed
+
+
+# ----------------------------------------------------------------------------------------- start-up decisions
+
+
+def output_dir_problems(recipe, grpo) -> list[str]:
+    """Output-directory conflicts, checked at start-up before anything loads."""
+    out = Path(grpo.output_dir)
+    problems = []
+    explicit = grpo.resume_from_checkpoint
+    if recipe.resume and recipe.overwrite_output_dir:
+        problems.append("resume, overwrite_output_dir: both set; --resume continues the run in output_dir, "
+                        "--overwrite_output_dir discards it. Choose one")
+    if explicit and recipe.overwrite_output_dir:
+        problems.append("resume_from_checkpoint, overwrite_output_dir: both set; overwriting would delete the "
+                        "checkpoints you resume from. Choose one")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_dir():
+            problems.append(f"resume_from_checkpoint: no such folder {path}; use --resume to pick the latest "
+                            f"complete checkpoint of output_dir automatically")
+        elif why := verify(path):
+            best, _ = latest_complete(path.parent)
+            hint = f"the latest complete one there is {best}" if best else "there is no complete one there"
+            problems.append(f"resume_from_checkpoint: {path} is not a complete checkpoint ({why}); {hint}")
+        elif path.resolve().parent == out.resolve():
+            newer = [p.name for s, p in checkpoint_dirs(out) if s > checkpoint_step(path)]
+            if newer:
+                problems.append(
+                    f"resume_from_checkpoint: {path.name} is older than {', '.join(newer)} in the same output_dir; "
+                    "the resumed run would overwrite them step by step and mix two histories. Fix: move the newer "
+                    "checkpoints out of output_dir, or resume from the latest with --resume"
+                )
+        return problems
+    if recipe.resume or recipe.overwrite_output_dir:
+        return problems
+    existing = [p.name for _, p in checkpoint_dirs(out)]
+    if existing:
+        shown = ", ".join(existing[-3:]) + (" ..." if len(existing) > 3 else "")
+        problems.append(
+            f"output_dir: {out} already holds checkpoints of an earlier run ({shown}); training into it would mix "
+            "the two runs. Fix: --resume to continue that run, --overwrite_output_dir to discard it, or a new "
+            "--output_dir"
+        )
+    return problems
+
+
+@dataclass
+class RunPlan:
+    """What the runner will do with output_dir and the metric history before training starts."""
+
+    output_dir: Path
+    resume_from: Path | None = None
+    start_step: int = 0
+    incomplete: list[tuple[Path, str]] = field(default_factory=list)  # removed before training
+    discard: list[Path] = field(default_factory=list)  # --overwrite_output_dir: earlier checkpoints, removed
+    replace_metrics: bool = False  # Trackio rows of this run after start_step are deleted (they will be re-logged)
+
+
+def plan_run(recipe, grpo) -> RunPlan:
+    """Decide where training starts. Changes nothing on disk; `start` applies the plan right before training.
+
+    On resume the Trackio run name stored by the earlier run is reused unless --run_name is given, so a resumed run
+    continues the same curve even when a setting that is part of the derived name (say, the learning rate) changed.
+    """
+    out = Path(grpo.output_dir)
+    existing = checkpoint_dirs(out)
+    plan = RunPlan(output_dir=out)
+    if recipe.overwrite_output_dir:
+        plan.discard = [p for _, p in existing]
+        plan.replace_metrics = True
+    else:
+        plan.incomplete = [(p, why) for _, p in existing if (why := verify(p))]
+    if grpo.resume_from_checkpoint:
+        plan.resume_from = Path(grpo.resume_from_checkpoint)
+    elif recipe.resume:
+        plan.resume_from, _ = latest_complete(out)
+        if plan.resume_from is None:
+            logger.info("resume: no complete checkpoint in %s; starting from step 0", out)
+    if plan.resume_from is not None:
+        plan.start_step = checkpoint_step(plan.resume_from)
+    if recipe.resume or grpo.resume_from_checkpoint:
+        plan.replace_metrics = True
+        info = out / RUN_INFO
+        if not grpo.run_name and info.is_file():
+            grpo.run_name = json.loads(info.read_text())["run_name"]
+    return plan
+
+
+# --------------------------------------------------------------------------------------------- Trackio history
+
+
+def _trackio_enabled(grpo) -> bool:
+    return "trackio" in (grpo.report_to or [])
+
+
+def trackio_db(project: str) -> Path:
+    """The SQLite file Trackio writes this project to (trackio resolves TRACKIO_DIR when first imported)."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    return SQLiteStorage.get_project_db_path(project)
+
+
+def _rows(db: Path, run_name: str) -> list[tuple[int, int, dict]]:
+    import sqlite3
+
+    if not db.is_file():
+        return []
+    with sqlite3.connect(db, timeout=30) as con:
+        try:
+            raw = con.execute("SELECT id, step, metrics FROM metrics WHERE run_name = ? ORDER BY id",
+                              (run_name,)).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+    out = []
+    for row_id, step, metrics in raw:
+        try:
+            out.append((row_id, step, json.loads(metrics)))
+        except ValueError:
+            out.append((row_id, step, {}))
+    return out
+
+
+def _row_step(trackio_step: int, metrics: dict) -> int | None:
+    """The training step a Trackio row belongs to, or None when it cannot be told."""
+    if "train/global_step" in metrics:  # transformers' TrackioCallback: every train/eval record
+        return int(metrics["train/global_step"])
+    table = metrics.get("completions")
+    if isinstance(table, dict) and table.get("_type") == "trackio.table":  # TRL's completions table
+        steps = [r.get("step") for r in table.get("_value") or [] if isinstance(r, dict)]
+        steps = [s for s in steps if isinstance(s, int)]
+        return max(steps) if steps else None
+    if metrics and all(k.startswith("profiling/") for k in metrics):
+        # TRL's profiling_context logs with step=trainer.state.global_step, i.e. before the step completes
+        return trackio_step + 1
+    return None
+
+
+def prune_metrics(db: Path, run_name: str, after_step: int) -> int:
+    """Delete this run's Trackio rows that belong to training steps after `after_step`; return how many.
+
+    Rows that name no step are deleted when they were written after the last row of a kept step (they came from
+    the lost part of the run); the others stay.
+    """
+    import sqlite3
+
+    rows = _rows(db, run_name)
+    if not rows:
+        return 0
+    steps = {row_id: _row_step(step, m) for row_id, step, m in rows}
+    kept_ids = [row_id for row_id, s in steps.items() if s is not None and s <= after_step]
+    cut = max(kept_ids, default=0)
+    doomed = [row_id for row_id, s in steps.items()
+              if (s is not None and s > after_step) or (s is None and row_id > cut)]
+    if doomed:
+        with sqlite3.connect(db, timeout=30) as con:
+            con.executemany("DELETE FROM metrics WHERE id = ?", [(i,) for i in doomed])
+    return len(doomed)
+
+
+def logged_steps(db: Path, run_name: str) -> list[int]:
+    """Global steps that have a training record (train/loss) in this run, in log order, duplicates included."""
+    return [int(m["train/global_step"]) for _, _, m in _rows(db, run_name)
+            if "train/loss" in m and "train/global_step" in m]
+
+
+def metric_history_problems(plan: RunPlan, grpo) -> list[str]:
+    """A fresh start must not append to a Trackio run that already has metrics: the curves would interleave."""
+    if plan.replace_metrics or not _trackio_enabled(grpo):
+        return []
+    steps = logged_steps(trackio_db(grpo.project), grpo.run_name)
+    if not steps:
+        return []
+    return [
+        f"run_name: Trackio project '{grpo.project}' already has a run '{grpo.run_name}' with metrics up to step "
+        f"{max(steps)}; a fresh start would log steps from 1 again into the same run. Fix: --resume to continue it, "
+        "--overwrite_output_dir to replace it, or a new --run_name"
+    ]
+
+
+def _flush_trackio(args) -> None:
+    """Push Trackio's queued rows to its database now (it writes every 0.5 s from a thread), so that a checkpoint is
+    marked complete only once the metrics of every step up to it are on disk. trackio has no public flush; this
+    uses the same call its writer thread makes, under the same lock."""
+    if not _trackio_enabled(args):
+        return
+    import trackio
+
+    run = trackio.context_vars.current_run.get()
+    if run is None:
+        return
+    flush, lock = getattr(run, "_flush_queues_inline", None), getattr(run, "_client_lock", None)
+    if flush is None or lock is None:
+        logger.warning("trackio %s has no _flush_queues_inline: a kill within 0.5 s of a checkpoint may leave the "
+                       "last step's metrics out of Trackio", trackio.__version__)
+        return
+    with lock:
+        flush()
+
+
+# ------------------------------------------------------------------------------------------------- stopping
+
+
+class SignalStop:
+    """First SIGTERM/SIGINT: ask for a checkpoint at the end of the current step, then a clean stop.
+    Second one: exit at once with the signal's default action (the last complete checkpoint stays valid)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():  # signal.signal works only there
+            logger.warning("not in the main thread: SIGTERM/SIGINT will not trigger a checkpoint")
+            return
+        for sig in self.SIGNALS:
+            self._old[sig] = signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            os.write(2, f"\n{name} again: exiting now without saving.\n".encode())
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.signum = signum
+        # os.write, not print: a signal handler may run in the middle of another write to the same stream
+        os.write(2, f"\n{name} received: saving a checkpoint at the end of this step, then stopping. "
+                    f"Send {name} again to exit at once.\n".encode())
+
+
+def _any_process(flag: bool) -> bool:
+    """True on every process if it is true on any: all processes must stop at the same step, or the ones still
+    training wait forever in a collective for the ones that stopped."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    import torch
+    from accelerate import PartialState
+
+    t = torch.tensor([1 if flag else 0], device=PartialState().device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def _wait_for_everyone() -> None:
+    from accelerate import PartialState
+
+    PartialState().wait_for_everyone()
+
+
+def _find_repeat_sampler(obj: Any, depth: int = 0):
+    from trl.trainer.utils import RepeatSampler
+
+    if isinstance(obj, RepeatSampler):
+        return obj
+    if obj is None or depth > 4:
+        return None
+    for attr in ("sampler", "batch_sampler", "base_dataloader"):
+        found = _find_repeat_sampler(getattr(obj, attr, None), depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+class CheckpointCallback(TrainerCallback):
+    """Marks checkpoints complete, applies retention, turns a signal into save-and-stop, and keeps the data order
+    of resumed runs identical to uninterrupted ones."""
+
+    def __init__(self, keep: int | None, stop: SignalStop | None = None):
+        self.keep = keep
+        self.stop = stop
+        self.stopped_at: int | None = None
+        self._epoch: int | None = None
+
+    def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        import torch
+
+        sampler = _find_repeat_sampler(train_dataloader)
+        if sampler is None or not sampler.shuffle or sampler.seed is None:
+            return
+        if self._epoch is None:  # first epoch of this process: the Trainer's own formula for the resumed epoch
+            batches = len(train_dataloader)
+            per_epoch = max(batches // args.gradient_accumulation_steps
+                            + int(batches % args.gradient_accumulation_steps > 0), 1)
+            self._epoch = state.global_step // per_epoch
+        else:
+            self._epoch += 1
+        # RepeatSampler draws one permutation per epoch from a generator seeded once: re-derive it for this epoch.
+        generator = torch.Generator()
+        generator.manual_seed(sampler.seed)
+        for _ in range(self._epoch):
+            torch.randperm(sampler.num_samples, generator=generator)
+        sampler.generator = generator
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.stop is not None and _any_process(self.stop.signum is not None):
+            control.should_save = True  # even with save_strategy "no": otherwise the work since the start is lost
+            control.should_training_stop = True
+            self.stopped_at = state.global_step
+
+    def on_save(self, args, state, control, **kwargs):
+        path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        _wait_for_everyone()  # sharded saves (FSDP/DeepSpeed) write on every process: all must be done
+        if state.is_world_process_zero:
+            _flush_trackio(args)
+            mark_complete(path, state.global_step)
+            for old in rotate(args.output_dir, self.keep, state.best_model_checkpoint):
+                logger.info("deleted %s (save_total_limit %s)", old, self.keep)
+        _wait_for_everyone()  # no process may go on (and possibly be killed) before the marker exists
+
+
+# -------------------------------------------------------------------------------------------------- session
+
+
+@dataclass
+class Session:
+    plan: RunPlan
+    callback: CheckpointCallback
+    stop: SignalStop
+
+    @property
+    def interrupted(self) -> int | None:
+        """The signal that stopped training, or None."""
+        return self.stop.signum if self.callback.stopped_at is not None else None
+
+    def message(self) -> str:
+        name = signal.Signals(self.stop.signum).name
+        path = self.plan.output_dir / f"checkpoint-{self.callback.stopped_at}"
+        return (f"interrupted by {name}: stopped after step {self.callback.stopped_at}, checkpoint saved to {path}. "
+                f"Continue with the same command plus --resume.")
+
+    def close(self) -> None:
+        self.stop.uninstall()
+
+
+def start(trainer, plan: RunPlan, grpo) -> Session:
+    """Apply the plan (remove incomplete/discarded checkpoints, prune the metrics that will be re-logged, record the
+    run name), take over checkpoint retention, and install the signal handlers. Call right before trainer.train."""
+    from accelerate import PartialState
+
+    state = PartialState()
+    if state.is_main_process:
+        for path, why in plan.incomplete:
+            logger.warning("removing incomplete checkpoint %s: %s", path, why)
+            remove_checkpoint(path)
+        for path in plan.discard:
+            logger.warning("overwrite_output_dir: removing %s", path)
+            remove_checkpoint(path)
+        if plan.replace_metrics and _trackio_enabled(grpo):
+            from trackio.utils import get_storage_mode
+
+            if get_storage_mode() != "sqlite":
+                logger.warning("Trackio stores to JSONL fragments here (network filesystem?), which cannot be "
+                               "pruned: steps after %d may appear twice in Trackio", plan.start_step)
+            removed = prune_metrics(trackio_db(grpo.project), grpo.run_name, plan.start_step)
+            if removed:
+                logger.info("Trackio: removed %d rows of run %s logged after step %d; they are re-logged as the run "
+                            "continues", removed, grpo.run_name, plan.start_step)
+        plan.output_dir.mkdir(parents=True, exist_ok=True)
+        (plan.output_dir / RUN_INFO).write_text(json.dumps({"project": grpo.project, "run_name": grpo.run_name}))
+    state.wait_for_everyone()
+    if plan.resume_from is not None:
+        logger.info("resuming from %s (step %d)", plan.resume_from, plan.start_step)
+    # Retention moves to CheckpointCallback.on_save, which runs after the new checkpoint is marked complete.
+    keep, trainer.args.save_total_limit = trainer.args.save_total_limit, None
+    stop = SignalStop()
+    callback = CheckpointCallback(keep, stop)
+    trainer.add_callback(callback)
+    stop.install()
+    return Session(plan, callback, stop)
+
+
+def exit_code(signum: int) -> int:
+    return 128 + signum  # what a shell reports for a process ended by that signal; schedulers read it as "stopped"
+
