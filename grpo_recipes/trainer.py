@@ -1,0 +1,86 @@
+"""RecipeTrainer: TRL's GRPOTrainer plus per-generation-batch diagnostics, and the recipe's callbacks.
+
+How the numbers are captured, without an extra forward pass:
+- `_calculate_rewards` is TRL's own reward step; its result is already gathered over all processes. The override
+  keeps it, with the completion lengths (gathered the same way, so rows line up).
+- `_generate_and_score_completions` returns this process's slice of the advantages TRL computed; gathering them gives
+  the whole batch, in the same row order as the rewards (TRL itself slices by process index).
+- The diagnostics are appended to `self._metrics[mode]`, next to TRL's `reward` and `frac_reward_zero_std`, so TRL's
+  `log()` averages them over the logging window and every `report_to` backend receives them.
+
+A generation batch can serve several optimiser steps (steps_per_generation, num_iterations): its diagnostics are
+recorded once, when it is generated, exactly like TRL's reward metrics, and appear in the next log.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import Trainer
+from trl import GRPOTrainer
+
+from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index
+
+
+class RecipeTrainer(GRPOTrainer):
+    def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.diagnostics = diagnostics
+        self._captured: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.diagnostics is not None:
+            lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=self.accelerator.device)
+            self._captured = (rewards_per_func.detach(), self.accelerator.gather(lengths))
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.diagnostics is None:
+            return output
+        if self._captured is None:  # TRL changed its call graph: fail loudly rather than log nothing
+            raise RuntimeError("RecipeTrainer: _calculate_rewards was not called while scoring completions")
+        rewards_per_func, lengths = self._captured
+        self._captured = None
+        mode = "train" if self.model.training else "eval"
+        group = self.num_generations if mode == "train" else self.num_generations_eval
+        advantages = self.accelerator.gather(output["advantages"].detach())
+        metrics = batch_diagnostics(rewards_per_func, self.reward_weights, advantages, lengths, group, self.diagnostics)
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+        return output
+
+    def log_now(self, logs: dict[str, float]) -> None:
+        """Log `logs` at the current step through the callbacks (Trackio...), leaving TRL's pending metrics alone.
+
+        GRPOTrainer.log would average and clear the training metrics gathered since the last log; an evaluation
+        logged between two training logs must not take them away from the next one.
+        """
+        Trainer.log(self, dict(logs))
+
+
+def diagnostics_spec(recipe, grpo, funcs) -> DiagnosticsSpec | None:
+    if not recipe.diagnostics:
+        return None
+    names = tuple(f.__name__ for f in funcs)
+    return DiagnosticsSpec(
+        reward_names=names,
+        correctness_index=correctness_index(names, recipe.correctness_reward),
+        threshold=recipe.correctness_threshold,
+        k=recipe.eval_k,
+        normalised=grpo.scale_rewards != "none",
+    )
+
+
+def attach_callbacks(trainer: RecipeTrainer, recipe, held_out, funcs) -> None:
+    """The held-out evaluation and the alerts, as configured."""
+    from .alerts import AlertCallback, AlertConfig, default_detectors
+    from .evaluate import HeldOutEvalCallback
+
+    if recipe.eval_heldout and held_out is not None and len(held_out):
+        trainer.add_callback(HeldOutEvalCallback.from_recipe(trainer, recipe, held_out, funcs))
+    if recipe.alerts:
+        names = [f.__name__ for f in funcs]
+        correctness = names[correctness_index(names, recipe.correctness_reward)]
+        detectors = default_detectors(AlertConfig.from_recipe(recipe), names, correctness, recipe.format_reward)
+        trainer.add_callback(AlertCallback(detectors))
