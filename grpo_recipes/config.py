@@ -47,6 +47,11 @@ class RecipeArguments:
     eval_path: str | None = field(
         default=None, metadata={"help": "Separate local file of held-out rows (dataset_source=file)."}
     )
+    eval_source: str | None = field(
+        default=None,
+        metadata={"help": "A named held-out set that replaces the carved-out split: `humaneval` (held out only, never "
+                          "trained on)."},
+    )
     question_field: str = field(default="question", metadata={"help": "Column holding the question text."})
     answer_field: str | None = field(
         default="answer", metadata={"help": "Column holding the gold answer; copied to the `answer` column."}
@@ -68,6 +73,16 @@ class RecipeArguments:
     reward_dirs: list[str] | None = field(
         default=None, metadata={"help": "Extra folders of reward files, searched before ./rewards and the shipped ones."}
     )
+    max_cpu_minutes: float | None = field(
+        default=None,
+        metadata={"help": "Stop training after this much process CPU time (for fixed-budget comparisons); "
+                          "the final save and evaluation still run."},
+    )
+    peft_learning_rate: float | None = field(
+        default=1.0e-4,
+        metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "
+                          "~10x a full fine-tune's); null keeps learning_rate."},
+    )
     # Model
     model_cache_dir: str | None = field(
         default=None,
@@ -76,6 +91,93 @@ class RecipeArguments:
     # Tracking
     trackio_dir: str | None = field(
         default=None, metadata={"help": "Local Trackio storage folder (default $TRACKIO_DIR or ~/.cache/huggingface/trackio)."}
+    )
+    # Reliability (grpo_recipes/checkpoint.py, docs/reliability.md)
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Continue from the latest complete checkpoint in output_dir, same Trackio run "
+                          "(from step 0 if there is none)."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Discard the checkpoints (and this run's Trackio metrics) an earlier run left in output_dir."},
+    )
+    max_reward_failure_rate: float = field(
+        default=0.1,
+        metadata={"help": "Stop the run when a reward raises on more than this share of the last "
+                          "reward_failure_window completions (1: never stop)."},
+    )
+    reward_failure_window: int = field(
+        default=64, metadata={"help": "Completions over which each reward's failure rate is measured."}
+    )
+    # Diagnostics and held-out evaluation (grpo_recipes/diagnostics.py, evaluate.py)
+    correctness_reward: str | None = field(
+        default=None,
+        metadata={"help": "Reward that says a completion is solved (diag/solve_*, pass@k, held-out eval). Default: the first reward."},
+    )
+    correctness_threshold: float = field(
+        default=1.0, metadata={"help": "A completion counts as solved when its correctness reward is at least this."}
+    )
+    format_reward: str | None = field(
+        default=None,
+        metadata={"help": "Format reward: eval/format_rate, and the one the format-hacking alert watches "
+                          "(unset: no format rate; the alert watches every reward but the correctness one)."},
+    )
+    diagnostics: bool = field(default=True, metadata={"help": "Log diag/* metrics for every generation batch."})
+    eval_heldout: bool = field(
+        default=True, metadata={"help": "Evaluate on the held-out split at train start, every eval_every_steps and at the end."}
+    )
+    eval_every_steps: int = field(
+        default=0, metadata={"help": "Held-out evaluation every N optimiser steps; 0: only at train start and end."}
+    )
+    eval_k: int = field(default=4, metadata={"help": "Samples per prompt (training temperature) for pass@k."})
+    eval_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Completion length limit for held-out evaluation (default max_completion_length)."}
+    )
+    eval_generation_batch_size: int = field(
+        default=16, metadata={"help": "Held-out prompts per generate call."}
+    )
+    # Alerts (grpo_recipes/alerts.py; docs/reading_curves.md says what each one means)
+    alerts: bool = field(default=True, metadata={"help": "Raise alerts (log warning + Trackio alert) on failure patterns."})
+    alert_patience: int = field(default=5, metadata={"help": "Alerts: consecutive bad logs before a sustained-failure alert."})
+    alert_baseline_steps: int = field(
+        default=3, metadata={"help": "Alerts: the first N logged values of a metric set its baseline."}
+    )
+    alert_entropy_floor: float = field(
+        default=0.03, metadata={"help": "Alerts: entropy collapse when per-token entropy falls below this (nats)."}
+    )
+    alert_entropy_collapse_frac: float = field(
+        default=0.1, metadata={"help": "Alerts: entropy collapse also when entropy falls below this share of its baseline."}
+    )
+    alert_entropy_blowup_factor: float = field(
+        default=3.0, metadata={"help": "Alerts: entropy blow-up when entropy exceeds this multiple of max(baseline, 0.5)."}
+    )
+    alert_zero_std_frac: float = field(
+        default=0.9, metadata={"help": "Alerts: no learning signal when frac_reward_zero_std stays at or above this."}
+    )
+    alert_format_saturation: float = field(
+        default=0.9, metadata={"help": "Alerts: a format reward mean at or above this counts as saturated."}
+    )
+    alert_correctness_gain: float = field(
+        default=0.05, metadata={"help": "Alerts: format hacking when correctness has gained less than this over its baseline."}
+    )
+    alert_train_rise: float = field(
+        default=0.05, metadata={"help": "Alerts: train reward counts as rising when up this much over its baseline."}
+    )
+    alert_eval_drop: float = field(
+        default=0.1, metadata={"help": "Alerts: held-out pass@1 counts as falling when this far below its best."}
+    )
+    alert_length_collapse_frac: float = field(
+        default=0.3, metadata={"help": "Alerts: length collapse when mean completion length < this share of its baseline."}
+    )
+    alert_clipped_ratio: float = field(
+        default=0.5, metadata={"help": "Alerts: completions hit the length limit when clipped_ratio stays at or above this."}
+    )
+    alert_clip_ratio_min: float = field(
+        default=0.05, metadata={"help": "Alerts: a clip_ratio/region_mean below this is never a spike."}
+    )
+    alert_clip_spike_factor: float = field(
+        default=5.0, metadata={"help": "Alerts: clip-ratio spike when region_mean exceeds this multiple of its recent median."}
     )
 
     def __post_init__(self) -> None:
@@ -146,13 +248,17 @@ def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None
             config[key] = str((config_path.parent / config[key]).resolve())
     known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}
     problems = [unknown_key_message(k, known, "config file") for k in config if k not in known]
-    if problems:
-        raise ConfigError(problems)
     # bf16 only where the hardware has it; an explicit setting in the file or on the CLI still wins.
     config.setdefault("bf16", bf16_supported())
     parser = TrlParser((RecipeArguments, training_cls, ModelConfig), allow_abbrev=False)  # --max_step is a typo
+    # Every bad value, in the file or on the command line, is reported here: argparse would SystemExit on the first.
+    from .validate import build_dataclasses, check_values
+
+    problems += check_values(parser, (RecipeArguments, training_cls, ModelConfig), config, argv)
+    if problems:
+        raise ConfigError(problems)
     parser.set_defaults_with_config(**config)
-    recipe, training, model, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    (recipe, training, model), rest = build_dataclasses(parser, argv)  # every __post_init__ refusal, together
     flags = [a[2:].split("=")[0] for a in rest if a.startswith("--")]
     if flags or rest:
         problems = [unknown_key_message(f, known, "command line") for f in flags] or [f"unexpected arguments {rest}"]

@@ -12,17 +12,25 @@ import sys
 import threading
 from pathlib import Path
 
-from . import registry
+from . import checkpoint, registry
+from .budget import CpuBudget
 from .config import ConfigError, RecipeArguments, default_run_name, parse_recipe_args
 from .data import check_data_args, load_splits
+from .validate import data_problems, report_warnings, static_checks
 
 logger = logging.getLogger("grpo_recipes")
 
 
 def static_problems(recipe: RecipeArguments, grpo, known: dict) -> list[str]:
     """Problems visible from the config alone: no data, no model."""
+    from .diagnostics import config_problems
+
     problems = check_data_args(recipe)
     problems += registry.check_specs(recipe.reward_specs, known, columns=None)
+    problems += config_problems(recipe)
+    errors, warnings = static_checks(recipe, grpo)  # ranges, output dir vs resume, vLLM (grpo_recipes/validate.py)
+    report_warnings(warnings)
+    problems += errors
     return problems
 
 
@@ -52,26 +60,38 @@ def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Pat
     except (KeyError, ValueError) as exc:
         raise ConfigError([str(exc).strip("'\"")]) from None
     problems = registry.check_specs(recipe.reward_specs, known, columns=train.column_names)
+    problems += data_problems(grpo, train)
     if problems:
         raise ConfigError(problems)
     funcs, weights = registry.compile_rewards(
-        recipe.reward_specs, known, fault_log=FaultLog(Path(grpo.output_dir) / "reward_faults.jsonl")
+        recipe.reward_specs, known, fault_log=FaultLog(Path(grpo.output_dir) / "reward_faults.jsonl"),
+        max_failure_rate=recipe.max_reward_failure_rate, failure_window=recipe.reward_failure_window,
     )
     grpo.reward_weights = weights
+    if model_args.use_peft and recipe.peft_learning_rate:
+        logger.info("use_peft: learning rate %g (peft_learning_rate) instead of %g", recipe.peft_learning_rate,
+                    grpo.learning_rate)
+        grpo.learning_rate = recipe.peft_learning_rate
+    # Where training starts (checkpoint, run name to continue); applied by checkpoint.start right before training.
+    recipe.run_plan = checkpoint.plan_run(recipe, grpo)
     if grpo.project == "huggingface":  # TrainingArguments' placeholder: give each recipe its own Trackio project
         grpo.project = f"grpo-recipes-{recipe_name}"
     if not grpo.run_name:
         grpo.run_name = default_run_name(recipe_name, model_args.model_name_or_path, grpo)
     if recipe.trackio_dir:
         os.environ["TRACKIO_DIR"] = str(Path(recipe.trackio_dir).expanduser().resolve())
+    problems = checkpoint.metric_history_problems(recipe.run_plan, grpo)
+    if problems:
+        raise ConfigError(problems)
     return recipe, grpo, model_args, train, held_out, funcs
 
 
 def build_trainer(recipe, grpo, model_args, train, held_out, funcs):
     from accelerate import PartialState
-    from trl import GRPOTrainer, get_peft_config
+    from trl import get_peft_config
 
     from .models import resolve_model
+    from .trainer import RecipeTrainer, attach_callbacks, diagnostics_spec
 
     with PartialState().main_process_first():  # one process converts the offline model; the others reuse it
         model_path, source = resolve_model(model_args.model_name_or_path, recipe.model_cache_dir)
@@ -82,13 +102,16 @@ def build_trainer(recipe, grpo, model_args, train, held_out, funcs):
     if model_args.attn_implementation:
         init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     grpo.model_init_kwargs = init_kwargs or None
-    return GRPOTrainer(
+    trainer = RecipeTrainer(
         model=model_path,
         reward_funcs=funcs,
         args=grpo,
         train_dataset=train,
         peft_config=get_peft_config(model_args),
+        diagnostics=diagnostics_spec(recipe, grpo, funcs),
     )
+    attach_callbacks(trainer, recipe, held_out, funcs)  # held-out evaluation and alerts, as configured
+    return trainer
 
 
 def main(recipe_name: str, default_config: Path | None = None, argv: list[str] | None = None) -> int:
@@ -100,7 +123,21 @@ def main(recipe_name: str, default_config: Path | None = None, argv: list[str] |
         return 2
     logger.info("data: %d train rows, %d held-out rows", len(train), len(held_out) if held_out is not None else 0)
     trainer = build_trainer(recipe, grpo, model_args, train, held_out, funcs)
-    trainer.train(resume_from_checkpoint=grpo.resume_from_checkpoint)
+    if recipe.max_cpu_minutes:
+        # First in line: callbacks that act on the last step (held-out eval) read should_training_stop after it.
+        trainer.callback_handler.callbacks.insert(0, CpuBudget(recipe.max_cpu_minutes))
+    session = checkpoint.start(trainer, recipe.run_plan, grpo)  # checkpoint markers, retention, SIGTERM/SIGINT
+    try:
+        trainer.train(resume_from_checkpoint=str(session.plan.resume_from) if session.plan.resume_from else None)
+    except registry.RewardFailureRateExceeded as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    finally:
+        session.close()
+    if session.interrupted:  # a checkpoint was saved; the final model is not (the run is not finished)
+        trainer.accelerator.print(session.message())
+        trainer.end()
+        return checkpoint.exit_code(session.interrupted)
     trainer.save_model(grpo.output_dir)
     trainer.accelerator.print(f"model saved to {grpo.output_dir}")
     trainer.end()

@@ -1,0 +1,48 @@
+"""Scale-out paths that run on CPU: two gloo processes, and LoRA adapters that load and merge."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO, tiny_run_args
+from test_recipe_e2e import trackio_metrics
+
+
+def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
+    out = run_env / "out"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(REPO / "accelerate_configs/cpu_ddp.yaml"), str(REPO / "recipes/math_grpo.py"),
+           *tiny_run_args(tiny_model_dir, out, 2, "--eval_heldout", "false", "--use_cpu", "true")]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=run_env, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(m) for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-math")]
+    steps = [r["train/global_step"] for r in records if "train/loss" in r]
+    assert steps == [1, 2]  # one writer: each step logged once, not once per process
+    assert (out / "model.safetensors").is_file()
+
+
+def test_lora_run_saves_an_adapter_that_loads_and_merges(tiny_model_dir, run_env):
+    out = run_env / "out"
+    cmd = [sys.executable, str(REPO / "recipes/math_grpo.py"),
+           *tiny_run_args(tiny_model_dir, out, 2, "--eval_heldout", "false", "--report_to", "none"),
+           "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_target_modules", "q_proj", "v_proj"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "learning rate 0.0001 (peft_learning_rate)" in proc.stderr
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    adapted = PeftModel.from_pretrained(base, out)
+    assert adapted.peft_config["default"].r == 4
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        expected = adapted(ids).logits
+        merged = adapted.merge_and_unload()
+        got = merged(ids).logits
+    assert type(merged).__name__ == "LlamaForCausalLM"
+    assert torch.allclose(expected, got, atol=1e-5)  # merging keeps the adapted model's outputs
