@@ -270,7 +270,9 @@ class HeldOutEvalCallback(TrainerCallback):
         final = control.should_training_stop or state.global_step >= state.max_steps
         if self._done or not (final or (self.every > 0 and state.global_step % self.every == 0)):
             return
+        should_log = control.should_log
         self._evaluate(state, "end" if final else "periodic")
+        control.should_log = should_log  # logging the evaluation resets it: the step's training log must still happen
         if final:
             self._done = True
             if state.is_world_process_zero:

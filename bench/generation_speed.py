@@ -1,0 +1,122 @@
+"""CPU generation speed of the options TRL offers, as completions/s ratios against TRL's default path.
+
+    python bench/generation_speed.py                 # real SmolLM2-135M, default math prompts
+    python bench/generation_speed.py --rounds 5
+
+Generation is called exactly as GRPOTrainer calls it on CPU (same GenerationConfig fields, left-padded prompt
+ids, num_generations copies of each prompt). Settings are run round-robin, so a machine that slows down mid-run
+slows every setting alike; each setting reports the median over rounds.
+- default:        TRL's path as configured by the recipe (2 prompts x 8 completions per generate call).
+- static_cache:   `cache_implementation: static`.
+- gen_batch_32/64: `steps_per_generation: 2/4`, i.e. one generate call for 2/4 optimiser steps. Faster per
+  completion, but it changes training: later steps learn from completions of an older policy (off-policy).
+- paged:          `use_transformers_paged: true` (transformers continuous batching, `generate_batch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
+
+
+def load(model_arg: str | None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_recipes.config import parse_recipe_args
+    from grpo_recipes.data import load_splits
+    from grpo_recipes.models import resolve_model
+
+    argv = ["--model_name_or_path", model_arg] if model_arg else []
+    recipe, grpo, model_args, _ = parse_recipe_args(argv, CONFIG)
+    train, _ = load_splits(recipe)
+    path, _ = resolve_model(model_args.model_name_or_path, recipe.model_cache_dir)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    prompts = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+               for p in train["prompt"][:64]]
+    prompts = [p["input_ids"] if isinstance(p, dict) else p for p in prompts]
+    return model, tok, grpo, prompts
+
+
+def gen_config(tok, grpo, cache: str | None):
+    from transformers import GenerationConfig
+
+    eos = tok.eos_token_id
+    return GenerationConfig(max_new_tokens=grpo.max_completion_length, do_sample=True, pad_token_id=tok.pad_token_id,
+                            bos_token_id=tok.bos_token_id, eos_token_id=[eos], temperature=grpo.temperature,
+                            top_p=grpo.top_p, top_k=grpo.top_k, min_p=grpo.min_p,
+                            repetition_penalty=grpo.repetition_penalty, cache_implementation=cache,
+                            disable_compile=True)
+
+
+def run_generate(model, tok, prompt_ids, config) -> int:
+    from trl.trainer.utils import pad
+
+    tensors = [torch.tensor(p) for p in prompt_ids]
+    ids = pad(tensors, padding_value=tok.pad_token_id, padding_side="left")
+    mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left")
+    with torch.no_grad():
+        model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    return len(prompt_ids)
+
+
+def run_paged(model, tok, prompt_ids, config) -> int:
+    with torch.no_grad():
+        out = model.generate_batch(prompt_ids, generation_config=config, progress_bar=False)
+    return len(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--model", default=None)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    model, tok, grpo, prompts = load(args.model)
+    g = grpo.num_generations
+    per_step = grpo.per_device_train_batch_size // g  # prompts per optimiser step
+
+    def batch(n_prompts):
+        return [ids for ids in prompts[:n_prompts] for _ in range(g)]
+
+    settings = {
+        "default": lambda: run_generate(model, tok, batch(per_step), gen_config(tok, grpo, grpo.cache_implementation)),
+        "static_cache": lambda: run_generate(model, tok, batch(per_step), gen_config(tok, grpo, "static")),
+        "gen_batch_32": lambda: run_generate(model, tok, batch(2 * per_step), gen_config(tok, grpo, None)),
+        "gen_batch_64": lambda: run_generate(model, tok, batch(4 * per_step), gen_config(tok, grpo, None)),
+        "paged": lambda: run_paged(model, tok, batch(per_step), gen_config(tok, grpo, None)),
+    }
+    rates: dict[str, list[float]] = {k: [] for k in settings}
+    errors: dict[str, str] = {}
+    run_generate(model, tok, batch(1), gen_config(tok, grpo, None))  # warm-up, not timed
+    for r in range(args.rounds):
+        for name, fn in settings.items():
+            if name in errors:
+                continue
+            start = time.perf_counter()
+            try:
+                n = fn()
+            except Exception as exc:  # an option this transformers/CPU combination does not support is a result
+                errors[name] = f"{type(exc).__name__}: {str(exc)[:120]}"
+                continue
+            rates[name].append(n / (time.perf_counter() - start))
+        print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f}/s" for k, v in rates.items() if v), flush=True)
+    base = statistics.median(rates["default"])
+    print(f"\n{'setting':<14} {'completions/s':>14} {'ratio vs default':>17}")
+    for name, values in rates.items():
+        if name in errors:
+            print(f"{name:<14} {'failed':>14}  {errors[name]}")
+        else:
+            med = statistics.median(values)
+            print(f"{name:<14} {med:>14.2f} {med / base:>17.2f}")
+
+
+if __name__ == "__main__":
+    main()
