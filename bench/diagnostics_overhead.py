@@ -6,6 +6,9 @@ from the run's wall time to give the run without them, and each is printed as a 
 
     python bench/diagnostics_overhead.py                      # tiny random model (seconds)
     python bench/diagnostics_overhead.py --real --steps 3     # SmolLM2-135M-Instruct, the default recipe (minutes)
+
+On a CPU shared with other jobs, set OMP_NUM_THREADS=1: torch's threads oversubscribed on busy cores run several
+times slower, and by how much changes from minute to minute.
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ def main() -> None:
     trainer.train()
     wall = time.perf_counter() - start
 
-    diag = sum(SPENT[f"recipe{n}"] - SPENT[f"trl{n}"] for n in ("_calculate_rewards", "_generate_and_score_completions"))
+    overridden = ("_calculate_rewards", "_generate_and_score_completions")
+    diag = sum(SPENT[f"recipe{n}"] - SPENT[f"trl{n}"] for n in overridden)
     evaluation = SPENT["eval"]
     without = wall - diag - evaluation
     from grpo_recipes.evaluate import HeldOutEvalCallback

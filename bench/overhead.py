@@ -40,9 +40,9 @@ def trial(side: str, steps: int, model: str | None, out: Path) -> dict:
     else:
         from trl import GRPOTrainer
 
-        from grpo_recipes.models import resolve_model
+        from grpo_recipes.models import prepare_model
 
-        path, _ = resolve_model(model_args.model_name_or_path, recipe.model_cache_dir)
+        path = prepare_model(model_args, grpo, recipe.model_cache_dir)
         trainer = GRPOTrainer(model=path, reward_funcs=funcs, args=grpo, train_dataset=train)
 
     times: list[float] = []

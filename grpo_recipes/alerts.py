@@ -227,7 +227,8 @@ class TrainUpEvalDown(Detector):
         rise = sum(self.rewards[-n:]) / n - sum(self.rewards[:n]) / n
         drop = best - ev
         if rise >= self.cfg.train_rise and drop >= self.cfg.eval_drop:
-            return f"train reward +{rise:.3f} over its baseline while held-out pass@1 {ev:.3f} is {drop:.3f} below its best"
+            return (f"train reward +{rise:.3f} over its baseline while held-out pass@1 {ev:.3f} is {drop:.3f} "
+                    "below its best")
         return None
 
 

@@ -31,7 +31,7 @@ class DiagnosticsSpec:
 
 
 def config_problems(recipe) -> list[str]:
-    """Problems with the diagnostics, evaluation and alert settings of a RecipeArguments, found before anything loads."""
+    """Problems with a RecipeArguments' diagnostics, evaluation and alert settings, found before anything loads."""
     names = [s.metric_name for s in recipe.reward_specs]
     problems = []
     for name in ("correctness_reward", "format_reward"):
@@ -45,7 +45,7 @@ def config_problems(recipe) -> list[str]:
         if getattr(recipe, name) < 1:
             problems.append(f"{name}: must be >= 1, got {getattr(recipe, name)}")
     if recipe.eval_every_steps < 0:
-        problems.append(f"eval_every_steps: must be >= 0 (0: only at train start and end), got {recipe.eval_every_steps}")
+        problems.append(f"eval_every_steps: must be >= 0 (0: only at start and end), got {recipe.eval_every_steps}")
     if recipe.eval_max_new_tokens is not None and recipe.eval_max_new_tokens < 1:
         problems.append(f"eval_max_new_tokens: must be >= 1 or unset, got {recipe.eval_max_new_tokens}")
     return problems

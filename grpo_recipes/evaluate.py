@@ -287,9 +287,9 @@ class HeldOutEvalCallback(TrainerCallback):
         mine = self.rows[acc.process_index :: acc.num_processes]  # each process evaluates its share
         # The same unwrapping (DeepSpeed ZeRO-3 gathering, FSDP full params) as TRL's own generation step. With
         # ds3_gather_for_generation=False, ZeRO-3 forwards are collective and uneven shares would hang: not supported.
+        gather = tr.args.ds3_gather_for_generation
         with (
-            unwrap_model_for_generation(tr.model_wrapped, acc, gather_deepspeed3_params=tr.args.ds3_gather_for_generation)
-            as model,
+            unwrap_model_for_generation(tr.model_wrapped, acc, gather_deepspeed3_params=gather) as model,
             tr._dist.summon_full_params(tr.model_wrapped, recurse=False),
         ):
             records, seconds = evaluate(model, tr.processing_class, mine, self.correctness, self.fmt, self.settings,
@@ -334,7 +334,8 @@ def register(subparsers) -> None:
         description="Evaluate a checkpoint with the recipe's own verifier on the recipe's held-out split. Recipe "
                     "config fields can follow `--`, e.g. `-- --eval_size 20 --max_completion_length 64`.",
     )
-    p.add_argument("--recipe", required=True, help="recipe name: math, json, code (config recipes/configs/<name>_cpu.yaml)")
+    p.add_argument("--recipe", required=True,
+                   help="recipe name: math, json, code (its config: recipes/configs/<name>_cpu.yaml)")
     p.add_argument("--config", help="recipe YAML to read instead of the recipe's default config")
     p.add_argument("--model", required=True, help="model folder or Hub id (e.g. outputs/math_grpo)")
     p.add_argument("--limit", type=int, help="evaluate at most N held-out rows")

@@ -127,3 +127,22 @@ def resolve_model(name_or_path: str, cache_dir: str | None = None) -> tuple[str,
         f"model_name_or_path: cannot find '{name_or_path}': not a local folder, not in the Hugging Face cache, and "
         f"the Hub is unreachable. Fix: {hint}pass a local model folder with --model_name_or_path PATH."
     )
+
+
+def prepare_model(model_args, training_args, cache_dir: str | None = None) -> str:
+    """Resolve the model to a local folder and put ModelConfig's loading options into the training config.
+
+    One process resolves (and, offline, converts) first; the others then find it done.
+    """
+    from accelerate import PartialState
+
+    with PartialState().main_process_first():
+        path, source = resolve_model(model_args.model_name_or_path, cache_dir)
+    logger.info("model %s from %s (%s)", model_args.model_name_or_path, source, path)
+    init_kwargs = dict(training_args.model_init_kwargs or {})
+    if model_args.dtype:
+        init_kwargs.setdefault("dtype", model_args.dtype)
+    if model_args.attn_implementation:
+        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
+    training_args.model_init_kwargs = init_kwargs or None
+    return path

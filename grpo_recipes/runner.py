@@ -87,21 +87,12 @@ def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Pat
 
 
 def build_trainer(recipe, grpo, model_args, train, held_out, funcs):
-    from accelerate import PartialState
     from trl import get_peft_config
 
-    from .models import resolve_model
+    from .models import prepare_model
     from .trainer import RecipeTrainer, attach_callbacks, diagnostics_spec
 
-    with PartialState().main_process_first():  # one process converts the offline model; the others reuse it
-        model_path, source = resolve_model(model_args.model_name_or_path, recipe.model_cache_dir)
-    logger.info("model %s from %s (%s)", model_args.model_name_or_path, source, model_path)
-    init_kwargs = dict(grpo.model_init_kwargs or {})
-    if model_args.dtype:
-        init_kwargs.setdefault("dtype", model_args.dtype)
-    if model_args.attn_implementation:
-        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
-    grpo.model_init_kwargs = init_kwargs or None
+    model_path = prepare_model(model_args, grpo, recipe.model_cache_dir)
     trainer = RecipeTrainer(
         model=model_path,
         reward_funcs=funcs,

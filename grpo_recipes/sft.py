@@ -193,20 +193,11 @@ def prepare(recipe_name: str, argv: list[str] | None, default_config: Path | Non
 
 
 def build_trainer(recipe, cfg, model_args, dataset):
-    from accelerate import PartialState
     from trl import SFTTrainer, get_peft_config
 
-    from .models import resolve_model
+    from .models import prepare_model
 
-    with PartialState().main_process_first():  # one process converts the offline model; the others reuse it
-        model_path, source = resolve_model(model_args.model_name_or_path, recipe.model_cache_dir)
-    logger.info("model %s from %s (%s)", model_args.model_name_or_path, source, model_path)
-    init_kwargs = dict(cfg.model_init_kwargs or {})
-    if model_args.dtype:
-        init_kwargs.setdefault("dtype", model_args.dtype)
-    if model_args.attn_implementation:
-        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
-    cfg.model_init_kwargs = init_kwargs or None
+    model_path = prepare_model(model_args, cfg, recipe.model_cache_dir)
     return SFTTrainer(model=model_path, args=cfg, train_dataset=dataset, peft_config=get_peft_config(model_args))
 
 

@@ -128,7 +128,8 @@ def test_format_hacking_watches_every_other_reward_unless_one_is_named():
                "rewards/length_bonus/mean": 1.0}] * 10
     (auto,) = [d for d in default_detectors(CFG, names, "math_correctness", None) if d.name == "format_hacking"]
     assert run(auto, stream) == [(8, "format_hacking")]
-    (named,) = [d for d in default_detectors(CFG, names, "math_correctness", "boxed_format") if d.name == "format_hacking"]
+    named_detectors = default_detectors(CFG, names, "math_correctness", "boxed_format")
+    (named,) = [d for d in named_detectors if d.name == "format_hacking"]
     assert run(named, stream) == []
     assert not [d for d in default_detectors(CFG, ["math_correctness"], "math_correctness", None)
                 if d.name == "format_hacking"]

@@ -1,4 +1,4 @@
-"""Diagnostics of one generation batch: pass@k, advantages as TRL computes them, solve buckets, None rates, correlation."""
+"""Diagnostics of one generation batch: pass@k, TRL's advantages, solve buckets, None rates, correlation."""
 
 import itertools
 import math

@@ -5,7 +5,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
@@ -101,7 +100,8 @@ def test_shared_prefill_generates_what_plain_generate_does(tiny):
         x = torch.tensor([[pad] * (width - len(i)) + i for i in ids])
         m = (torch.arange(width) >= torch.tensor([width - len(i) for i in ids]).unsqueeze(1)).long()
         out = model.generate(input_ids=x, attention_mask=m, generation_config=config, num_return_sequences=n)
-        return [seq[: next((j + 1 for j, t in enumerate(seq) if t in eos), len(seq))] for seq in out[:, width:].tolist()]
+        cut = [next((j + 1 for j, t in enumerate(seq) if t in eos), len(seq)) for seq in out[:, width:].tolist()]
+        return [seq[:n] for seq, n in zip(out[:, width:].tolist(), cut)]
 
     torch.manual_seed(7)
     assert greedy == plain(greedy_cfg, 1)
