@@ -144,7 +144,7 @@ def test_callback_evaluates_held_out_rows_only():
     train_q = {question_key(q) for q in train["question"]}
     assert {question_key(r["question"]) for r in cb.rows} == {question_key(q) for q in held_out["question"]}
     assert not train_q & {question_key(r["question"]) for r in cb.rows}
-    assert cb.correctness.__name__ == "math_correctness" and cb.fmt is None
+    assert cb.correctness.__name__ == "math_correctness" and cb.fmt.__name__ == "boxed_format"
     assert cb.settings.max_new_tokens == grpo.max_completion_length and cb.settings.k == 4
     assert cb.settings.temperature == grpo.temperature
 
@@ -190,6 +190,8 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
         assert m["train/diag/pass@1"] == pytest.approx(m["train/rewards/math_correctness/mean"])
     evals = {m["train/global_step"]: m for m in metrics if "eval/pass@1" in m}
     assert set(evals) == {0, 2}  # before the first step and after the last
+    # The evaluation logged at step 2 must not cancel that step's own training log.
+    assert {m["train/global_step"] for m in metrics if "train/loss" in m} == {1, 2}
     for m in evals.values():
         assert {"eval/pass@k", "eval/pass@1_sampled", "eval/mean_length"} <= set(m)
     summary = json.loads((out / "eval_summary.json").read_text())
