@@ -5,7 +5,8 @@
     python bench/sweep.py --budget_min 30 --only default trl_defaults   # the learning run (bench/README.md)
 
 Every run is the default math recipe (recipes/configs/math_cpu.yaml) plus the variant's flags, stopped by
-`max_cpu_minutes` (process CPU time, so a busy machine slows a run down but does not shorten its budget), with
+`max_cpu_minutes` (CPU time inside training steps, so a busy machine slows a run down but does not shorten its
+budget, and evaluation is not charged), with
 held-out greedy pass@1 measured at start and end on the same 50 held-out questions. All runs land in one Trackio
 project (`grpo-recipes-sweep`), named `sweep-<variant>-<budget>m`, so the dashboard compares them. Results are appended to
 bench/results/sweep.jsonl and the table is rewritten in bench/results/sweep.md.
@@ -35,6 +36,8 @@ VARIANTS: dict[str, list[str]] = {
     "beta_0.04": ["--beta", "0.04"],
     "lr_3e-6": ["--learning_rate", "3e-6"],
     "lr_3e-5": ["--learning_rate", "3e-5"],
+    "lr_1e-4": ["--learning_rate", "1e-4"],
+    "temp_0.7": ["--temperature", "0.7"],
     "loss_grpo": ["--loss_type", "grpo"],
     "loss_dr_grpo": ["--loss_type", "dr_grpo"],
     # TRL's own GRPOConfig defaults for the knobs the recipe tunes (same data, rewards, model, length).
@@ -59,12 +62,14 @@ def trackio_summary(trackio_dir: Path, run: str) -> dict:
             "entropy_last": entropy[-1] if entropy else None, "alerts": alerts}
 
 
-def run_variant(name: str, flags: list[str], budget_min: float, trackio_dir: Path, out_root: Path) -> dict:
+def run_variant(name: str, flags: list[str], budget_min: float, trackio_dir: Path, out_root: Path,
+                eval_every: int) -> dict:
     tag = f"{name}-{budget_min:g}m"
     out = out_root / tag
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--max_steps", "100000",
            "--max_cpu_minutes", str(budget_min), "--output_dir", str(out), "--overwrite_output_dir", "true",
-           "--project", PROJECT, "--run_name", f"sweep-{tag}", "--save_strategy", "no", *flags]
+           "--project", PROJECT, "--run_name", f"sweep-{tag}", "--save_strategy", "no",
+           "--eval_every_steps", str(eval_every), *flags]
     # PASSIVE: idle OpenMP threads sleep instead of spinning, so on a shared machine CPU time measures work done.
     env = {**os.environ, "TRACKIO_DIR": str(trackio_dir), "OMP_WAIT_POLICY": "PASSIVE"}
     start = time.time()
@@ -98,13 +103,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget_min", type=float, default=6.0, help="CPU minutes per run")
     p.add_argument("--only", nargs="*", choices=list(VARIANTS), help="variants to run (default: all)")
+    p.add_argument("--eval_every", type=int, default=0,
+                   help="held-out evaluation every N steps besides start and end (0: start and end only)")
     p.add_argument("--trackio_dir", type=Path, default=REPO / "bench" / "results" / "trackio")
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "sweep")
     args = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / "sweep.jsonl"
     for name in args.only or list(VARIANTS):
-        rec = run_variant(name, VARIANTS[name], args.budget_min, args.trackio_dir, args.out)
+        rec = run_variant(name, VARIANTS[name], args.budget_min, args.trackio_dir, args.out, args.eval_every)
         with open(log, "a") as f:
             f.write(json.dumps(rec) + "\n")
         print(json.dumps(rec), flush=True)

@@ -1,4 +1,4 @@
-"""Stop training after a fixed amount of process CPU time: fair budgets for comparisons on a shared machine."""
+"""Stop training after a fixed amount of training CPU time: fair budgets for comparisons on a shared machine."""
 
 from __future__ import annotations
 
@@ -11,20 +11,29 @@ logger = logging.getLogger(__name__)
 
 
 class CpuBudget(TrainerCallback):
-    """Ends training (the normal way: final save and evaluation still run) once this process has used
-    `minutes` of CPU time since training began. CPU time, unlike wall time, does not shrink when other
-    work shares the machine, so runs with equal budgets did equal work."""
+    """Ends training (the normal way: final save and evaluation still run) once this process has spent
+    `minutes` of CPU time inside training steps: generation, rewards, loss and optimiser. Held-out evaluation,
+    logging and checkpointing run between steps and are not charged, so a run that evaluates more often does
+    not train less. CPU time, unlike wall time, does not shrink when other work shares the machine, so runs
+    with equal budgets did equal work.
 
-    def __init__(self, minutes: float):
+    It must come first in the callback list: its on_step_end then closes the step's clock before any other
+    callback's work (held-out evaluation) and sets should_training_stop where they can read it."""
+
+    def __init__(self, minutes: float, clock=time.process_time):
         self.limit_s = 60.0 * minutes
-        self.start = None
+        self.clock = clock
+        self.used_s = 0.0
+        self._step_start = None
 
     def on_step_begin(self, args, state, control, **kwargs):
-        if self.start is None:  # from the first step, so the start-of-training evaluation is not charged
-            self.start = time.process_time()
+        self._step_start = self.clock()
 
     def on_step_end(self, args, state, control, **kwargs):
-        used = time.process_time() - self.start
-        if used >= self.limit_s:
+        if self._step_start is None:
+            return
+        self.used_s += self.clock() - self._step_start
+        self._step_start = None
+        if self.used_s >= self.limit_s:
             logger.info("CPU budget of %.1f min used at step %d: stopping", self.limit_s / 60, state.global_step)
             control.should_training_stop = True

@@ -75,8 +75,9 @@ class RecipeArguments:
     )
     max_cpu_minutes: float | None = field(
         default=None,
-        metadata={"help": "Stop training after this much process CPU time (for fixed-budget comparisons); "
-                          "the final save and evaluation still run."},
+        metadata={"help": "Stop training after this much CPU time spent in training steps (for fixed-budget "
+                          "comparisons; held-out evaluation and checkpointing are not charged); the final save "
+                          "and evaluation still run."},
     )
     peft_learning_rate: float | None = field(
         default=1.0e-4,
@@ -121,7 +122,8 @@ class RecipeArguments:
     format_reward: str | None = field(
         default=None,
         metadata={"help": "Format reward: eval/format_rate, and the one the format-hacking alert watches "
-                          "(unset: no format rate; the alert watches every reward but the correctness one)."},
+                          "(unset: the one configured reward registered with role='format', if exactly one; otherwise no "
+                          "format rate, and the alert watches every reward but the correctness one)."},
     )
     diagnostics: bool = field(default=True, metadata={"help": "Log diag/* metrics for every generation batch."})
     eval_heldout: bool = field(

@@ -47,6 +47,7 @@ class RewardDef:
     columns: tuple[str, ...]
     params: dict[str, Any]  # name -> default
     context: tuple[str, ...]
+    role: str | None = None  # "format": scores the shape of an answer, not its truth (see default_format_reward)
 
     @property
     def doc(self) -> str:
@@ -56,7 +57,10 @@ class RewardDef:
 _REGISTRY: dict[str, RewardDef] = {}
 
 
-def _describe(func: Callable, name: str, source: str) -> RewardDef:
+ROLES = (None, "format")
+
+
+def _describe(func: Callable, name: str, source: str, role: str | None = None) -> RewardDef:
     sig = inspect.signature(func)
     items = list(sig.parameters.values())
     if not items or items[0].name != "completions":
@@ -71,15 +75,19 @@ def _describe(func: Callable, name: str, source: str) -> RewardDef:
             columns.append(p.name)
         else:
             params[p.name] = p.default
-    return RewardDef(name, func, source, tuple(columns), params, tuple(context))
+    return RewardDef(name, func, source, tuple(columns), params, tuple(context), role)
 
 
-def reward(name: str) -> Callable[[Callable], Callable]:
-    """Register `func` under `name`. A second, different function under the same name is an error."""
+def reward(name: str, *, role: str | None = None) -> Callable[[Callable], Callable]:
+    """Register `func` under `name`. A second, different function under the same name is an error.
+    role="format" marks a reward that scores an answer's shape: eval/format_rate and the format-hacking alert
+    use it when the config names no format_reward."""
+    if role not in ROLES:
+        raise ValueError(f"reward '{name}': role must be one of {ROLES}, got {role!r}")
 
     def register(func: Callable) -> Callable:
         source = inspect.getsourcefile(func) or "<unknown>"
-        new = _describe(func, name, source)
+        new = _describe(func, name, source, role)
         old = _REGISTRY.get(name)
         if old is not None and (old.source != new.source or old.func.__qualname__ != func.__qualname__):
             raise ValueError(f"reward name '{name}' is defined twice: in {old.source} and in {new.source}")
@@ -163,6 +171,13 @@ class RewardSpec:
         if not isinstance(params, dict):
             raise ValueError(f"{where}.params: expected a mapping of parameter -> value, got {params!r}")
         return cls(str(entry["name"]), float(weight), dict(params), entry.get("alias"))
+
+
+def default_format_reward(specs: list[RewardSpec], known: dict[str, RewardDef], correctness: str | None) -> str | None:
+    """The configured reward with role "format" (not the correctness one), when there is exactly one; else None."""
+    found = [s.metric_name for s in specs
+             if s.name in known and known[s.name].role == "format" and s.metric_name != correctness]
+    return found[0] if len(found) == 1 else None
 
 
 def check_specs(

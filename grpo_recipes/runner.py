@@ -52,6 +52,11 @@ def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Pat
     """Parse and check the config, load data, compile rewards. Loads no model."""
     recipe, grpo, model_args, config_path = parse_recipe_args(argv, default_config)
     known = registry.available(recipe.reward_dirs or ())
+    if recipe.format_reward is None:
+        correctness = recipe.correctness_reward or (recipe.reward_specs[0].metric_name if recipe.reward_specs else None)
+        recipe.format_reward = registry.default_format_reward(recipe.reward_specs, known, correctness)
+        if recipe.format_reward:
+            logger.info("format_reward: %s (the configured reward with role 'format')", recipe.format_reward)
     problems = static_problems(recipe, grpo, known)
     if problems:
         raise ConfigError(problems)
@@ -114,8 +119,16 @@ def main(recipe_name: str, default_config: Path | None = None, argv: list[str] |
         return 2
     logger.info("data: %d train rows, %d held-out rows", len(train), len(held_out) if held_out is not None else 0)
     trainer = build_trainer(recipe, grpo, model_args, train, held_out, funcs)
+    code = train_and_save(trainer, recipe, grpo)
+    if trainer.accelerator.num_processes > 1:
+        exit_without_teardown(code)  # while `trainer` still holds the DDP wrapper: see there
+    return code
+
+
+def train_and_save(trainer, recipe, grpo) -> int:
+    """Train, save and finish the trackers (trainer.end()); -> the process exit code."""
     if recipe.max_cpu_minutes:
-        # First in line: callbacks that act on the last step (held-out eval) read should_training_stop after it.
+        # First in line: its clock must stop before other callbacks' step-end work (held-out eval) starts.
         trainer.callback_handler.callbacks.insert(0, CpuBudget(recipe.max_cpu_minutes))
     session = checkpoint.start(trainer, recipe.run_plan, grpo)  # checkpoint markers, retention, SIGTERM/SIGINT
     try:
@@ -133,3 +146,18 @@ def main(recipe_name: str, default_config: Path | None = None, argv: list[str] |
     trainer.accelerator.print(f"model saved to {grpo.output_dir}")
     trainer.end()
     return 0
+
+
+def exit_without_teardown(code: int) -> None:
+    """End a distributed run with `code` without running torch.distributed's destructors.
+
+    trainer.end() has already saved everything and finished the trackers, and removed the process group from
+    torch's registry, so DDP's Reducer now holds the group's last reference. Freeing it (when the trainer goes out of
+    scope, or at interpreter exit) joins gloo's worker threads while holding the GIL, and a worker that is still
+    freeing a finished collective's tensors waits for that GIL: a deadlock (py-spy: ~Reducer -> ~ProcessGroupGloo ->
+    thread::join vs ~AsyncAllgatherWork -> gil_scoped_acquire) that hung one two-process CPU run in a few after
+    training had finished. Nothing is left to write, so the OS frees the rest."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -241,4 +241,8 @@ def main(recipe_name: str, default_config: Path | None = None, argv: list[str] |
     acc.wait_for_everyone()
     acc.print(f"model saved to {cfg.output_dir}; train GRPO from it with --model_name_or_path {cfg.output_dir}")
     trainer.end()
+    if acc.num_processes > 1:
+        from .runner import exit_without_teardown
+
+        exit_without_teardown(0)  # while `trainer` still holds the DDP wrapper (see there)
     return 0

@@ -103,7 +103,7 @@ def _schema_score(obj: dict, validator) -> float:
     return 0.1 + 0.8 * sum(f in obj and f not in broken for f in fields) / len(fields)
 
 
-@reward("json_schema")
+@reward("json_schema", role="format")
 def json_schema(completions: list[str], schema: list, log_metric) -> list[float | None]:
     """1.0 when the completion's JSON object validates against the row's schema; 0.1-0.9 by share of valid required fields; 0 when no JSON."""
     scores: list[float | None] = []

@@ -163,13 +163,13 @@ def _think_ok(text: str, strict: bool, template_opens_think: bool = False) -> bo
     return True
 
 
-@reward("think_format")
+@reward("think_format", role="format")
 def think_format(completions: list[str], *, strict: bool = False, template_opens_think: bool = False) -> list[float]:
     """1.0 when the reasoning is in one <think>...</think> block followed by a non-empty answer (strict: newline-delimited, nothing before)."""
     return [1.0 if _think_ok(text, strict, template_opens_think) else 0.0 for text in completions]
 
 
-@reward("think_tag_count")
+@reward("think_tag_count", role="format")
 def think_tag_count(
     completions: list[str], *, answer_tags: bool = False, template_opens_think: bool = False
 ) -> list[float]:
@@ -215,7 +215,7 @@ def think_format_if_correct(
     return scores
 
 
-@reward("boxed_format")
+@reward("boxed_format", role="format")
 def boxed_format(completions: list[str]) -> list[float]:
     """1.0 when the completion puts exactly one final answer in \\boxed{...}, else 0.0."""
     return [1.0 if text.count("\\boxed{") == 1 and re.search(r"\\boxed\{[^{}]+\}", text) else 0.0

@@ -144,7 +144,7 @@ def test_callback_evaluates_held_out_rows_only():
     train_q = {question_key(q) for q in train["question"]}
     assert {question_key(r["question"]) for r in cb.rows} == {question_key(q) for q in held_out["question"]}
     assert not train_q & {question_key(r["question"]) for r in cb.rows}
-    assert cb.correctness.__name__ == "math_correctness" and cb.fmt is None
+    assert cb.correctness.__name__ == "math_correctness" and cb.fmt.__name__ == "boxed_format"  # role "format"
     assert cb.settings.max_new_tokens == grpo.max_completion_length and cb.settings.k == 4
     assert cb.settings.temperature == grpo.temperature
 

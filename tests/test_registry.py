@@ -146,3 +146,36 @@ def test_contract_violations_are_bugs_not_faults():
     fn, _ = _compiled(lambda completions: ["high" for _ in completions])
     with pytest.raises(RewardContractError, match="expected float or None"):
         fn(["a"])
+
+
+def test_format_role_picks_the_default_format_reward():
+    known = registry.available()
+    assert known["boxed_format"].role == "format" and known["math_correctness"].role is None
+    specs = lambda *names: [RewardSpec(n) for n in names]  # noqa: E731
+    pick = registry.default_format_reward
+    assert pick(specs("math_correctness", "boxed_format"), known, "math_correctness") == "boxed_format"
+    assert pick(specs("math_correctness"), known, "math_correctness") is None
+    # Two format rewards: no single one to name, so none is picked (the alert then watches both).
+    assert pick(specs("math_correctness", "boxed_format", "think_format"), known, "math_correctness") is None
+    # A format reward that is the correctness reward is never also the format reward.
+    assert pick(specs("boxed_format"), known, "boxed_format") is None
+    assert pick([RewardSpec("boxed_format", alias="box")], known, "math_correctness") == "box"
+    with pytest.raises(ValueError, match="role must be one of"):
+        registry.reward("x", role="style")
+
+
+def test_default_recipes_resolve_their_format_and_correctness_rewards(run_env, monkeypatch):
+    from grpo_recipes.runner import prepare
+
+    monkeypatch.chdir(run_env)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, correctness, fmt in (("math", "math_correctness", "boxed_format"),
+                                   ("json", "json_field_accuracy", "json_schema")):
+        config = REPO / "recipes" / "configs" / f"{name}_cpu.yaml"
+        recipe, *_ = prepare(name, ["--config", str(config), "--train_size", "20", "--eval_size", "4",
+                                    "--report_to", "none"])
+        assert (recipe.correctness_reward or recipe.reward_specs[0].metric_name, recipe.format_reward) == (correctness, fmt)
+    # An explicit setting wins, and a rewards list without a format reward leaves it unset.
+    recipe, *_ = prepare("math", ["--config", str(REPO / "recipes/configs/math_cpu.yaml"), "--report_to", "none",
+                                  "--rewards", '[{"name": "math_correctness"}]', "--train_size", "20", "--eval_size", "4"])
+    assert recipe.format_reward is None
