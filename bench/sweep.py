@@ -28,21 +28,20 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 PROJECT = "grpo-recipes-sweep"
 
-# One factor at a time around the default (epsilon 0.2 / clip-higher 0.28, beta 0, lr 1e-5, loss dapo).
+# One factor at a time around the default (lr 1e-4, epsilon 0.2 / clip-higher 0.28, beta 0, loss dapo, temperature 1).
 VARIANTS: dict[str, list[str]] = {
     "default": [],
-    "eps_symmetric": ["--epsilon_high", "0.2"],
-    "eps_wide": ["--epsilon", "0.3", "--epsilon_high", "0.3"],
-    "beta_0.04": ["--beta", "0.04"],
-    "lr_3e-6": ["--learning_rate", "3e-6"],
-    "lr_3e-5": ["--learning_rate", "3e-5"],
-    "lr_1e-4": ["--learning_rate", "1e-4"],
-    "temp_0.7": ["--temperature", "0.7"],
-    "loss_grpo": ["--loss_type", "grpo"],
-    "loss_dr_grpo": ["--loss_type", "dr_grpo"],
     # TRL's own GRPOConfig defaults for the knobs the recipe tunes (same data, rewards, model, length).
     "trl_defaults": ["--learning_rate", "1e-6", "--lr_scheduler_type", "linear", "--epsilon_high", "0.2",
                      "--beta", "0.0", "--loss_type", "dapo", "--temperature", "1.0"],
+    "lr_3e-5": ["--learning_rate", "3e-5"],
+    "lr_3e-4": ["--learning_rate", "3e-4"],
+    "eps_symmetric": ["--epsilon_high", "0.2"],
+    "beta_0.04": ["--beta", "0.04"],
+    "loss_grpo": ["--loss_type", "grpo"],
+    "temp_0.7": ["--temperature", "0.7"],
+    "loss_dr_grpo": ["--loss_type", "dr_grpo"],
+    "eps_wide": ["--epsilon", "0.3", "--epsilon_high", "0.3"],
 }
 
 

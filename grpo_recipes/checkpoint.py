@@ -301,7 +301,8 @@ def _row_step(trackio_step: int, metrics: dict) -> int | None:
 
 
 def prune_metrics(db: Path, run_name: str, after_step: int) -> int:
-    """Delete this run's Trackio rows that belong to training steps after `after_step`; return how many.
+    """Delete this run's Trackio rows that belong to training steps after `after_step` (-1: all of them), and the
+    alerts raised after the last kept row; return how many metric rows went.
 
     Rows that name no step are deleted when they were written after the last row of a kept step (they came from
     the lost part of the run); the others stay.
@@ -316,9 +317,16 @@ def prune_metrics(db: Path, run_name: str, after_step: int) -> int:
     cut = max(kept_ids, default=0)
     doomed = [row_id for row_id, s in steps.items()
               if (s is not None and s > after_step) or (s is None and row_id > cut)]
-    if doomed:
-        with sqlite3.connect(db, timeout=30) as con:
+    # Alerts carry Trackio's own step counter, the `step` column of the metric rows: keep those up to the last kept row.
+    last_kept = max((trackio_step for row_id, trackio_step, _ in rows if row_id not in set(doomed)), default=-1)
+    with sqlite3.connect(db, timeout=30) as con:
+        if doomed:
             con.executemany("DELETE FROM metrics WHERE id = ?", [(i,) for i in doomed])
+        try:
+            con.execute("DELETE FROM alerts WHERE run_name = ? AND (step IS NULL OR step > ?)", (run_name, last_kept))
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
     return len(doomed)
 
 
@@ -525,7 +533,9 @@ def start(trainer, plan: RunPlan, grpo) -> Session:
             if get_storage_mode() != "sqlite":
                 logger.warning("Trackio stores to JSONL fragments here (network filesystem?), which cannot be "
                                "pruned: steps after %d may appear twice in Trackio", plan.start_step)
-            removed = prune_metrics(trackio_db(grpo.project), grpo.run_name, plan.start_step)
+            # A fresh start (overwrite, or resume with no checkpoint) replaces everything, step-0 evaluation included.
+            after = plan.start_step if plan.resume_from is not None else -1
+            removed = prune_metrics(trackio_db(grpo.project), grpo.run_name, after)
             if removed:
                 logger.info("Trackio: removed %d rows of run %s logged after step %d; they are re-logged as the run "
                             "continues", removed, grpo.run_name, plan.start_step)

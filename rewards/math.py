@@ -114,10 +114,14 @@ def math_correctness(
     answer: list[str],
     log_metric,
     *,
-    require_boxed: bool = False,
+    require_boxed: bool = True,
     timeout_s: int = 3,
 ) -> list[float | None]:
-    """1.0 when the completion's answer (\\boxed{} first) equals the gold answer under math-verify, else 0.0; None when the gold cannot be parsed."""
+    """1.0 when the completion's \\boxed{} (or "final answer is") answer equals the gold under math-verify, else 0.0; None when the gold cannot be parsed.
+
+    require_boxed=False also takes the first bare expression in the text. Do not use it on tasks whose question is
+    an expression: "To calculate 4 + -8, ..." then scores as the answer -4. A GRPO run of the math default learned
+    exactly that restatement within ten steps (bench/README.md)."""
     timeout = _timeouts(int(timeout_s))
     scores: list[float | None] = []
     fast = 0
@@ -196,7 +200,7 @@ def think_format_if_correct(
     *,
     strict: bool = False,
     template_opens_think: bool = False,
-    require_boxed: bool = False,
+    require_boxed: bool = True,
     timeout_s: int = 3,
 ) -> list[float | None]:
     """1.0 when the think format holds and the answer after </think> is correct (math_correctness); None when the gold cannot be parsed."""

@@ -187,6 +187,28 @@ def test_prune_removes_exactly_the_steps_after_the_checkpoint(tmp_path):
     assert prune_metrics(db, "r", after_step=0) == 9 and checkpoint.logged_steps(db, "r") == []
 
 
+def test_prune_drops_later_alerts_and_a_fresh_start_drops_step_zero(tmp_path):
+    # Trackio steps: the step-0 evaluation at 0, then steps 1..4 at 1..8 (train record, table).
+    rows = [("r", 0, {"eval/pass@1": 0.3, "train/global_step": 0})] + _logged_run("r", 4, first_trackio_step=1)
+    db = _trackio_db(tmp_path / "p.db", rows + _logged_run("other", 2))
+    with sqlite3.connect(db) as con:
+        con.execute("CREATE TABLE alerts (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, timestamp TEXT, "
+                    "run_name TEXT, title TEXT, text TEXT, level TEXT, step INTEGER, alert_id TEXT)")
+        con.executemany("INSERT INTO alerts (run_id, timestamp, run_name, title, level, step) "
+                        "VALUES ('id', '', ?, ?, 'warn', ?)", [("r", "early", 2), ("r", "late", 7), ("other", "x", 7)])
+
+    def alerts():
+        with sqlite3.connect(db) as con:
+            return sorted(con.execute("SELECT run_name, title FROM alerts").fetchall())
+
+    prune_metrics(db, "r", after_step=2)  # resume from checkpoint-2: its last kept row is at Trackio step 4
+    assert checkpoint.logged_steps(db, "r") == [1, 2]
+    assert alerts() == [("other", "x"), ("r", "early")]
+    prune_metrics(db, "r", after_step=-1)  # a fresh start: the step-0 evaluation and every alert of the run go too
+    assert checkpoint._rows(db, "r") == [] and alerts() == [("other", "x")]
+    assert checkpoint.logged_steps(db, "other") == [1, 2]
+
+
 def test_a_fresh_start_into_an_existing_trackio_run_is_refused(tmp_path, monkeypatch):
     db = _trackio_db(tmp_path / "p.db", _logged_run("r", 2))
     monkeypatch.setattr(checkpoint, "trackio_db", lambda project: db)
@@ -342,6 +364,8 @@ def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_en
     from grpo_recipes import runner
 
     class Trainer:  # stands in for the model: only what runner.main and checkpoint.start touch
+        accelerator = SimpleNamespace(num_processes=1)
+
         def __init__(self, args):
             self.args, self.callbacks = args, []
 

@@ -99,7 +99,7 @@ def test_list_shows_contract_of_every_reward(capsys):
     out = capsys.readouterr().out
     for name in SHIPPED:
         assert f"{name}  (" in out
-    assert "columns: answer, gym_entry" in out and "require_boxed=False, timeout_s=3" in out
+    assert "columns: answer, gym_entry" in out and "require_boxed=True, timeout_s=3" in out
 
 
 def test_check_reads_rows_file_and_params(tmp_path, capsys):

@@ -29,7 +29,7 @@ def score(name: str, completions: list[str], **kwargs) -> list:
     return rdef.func(completions, **kwargs)
 
 
-def reference(text: str, gold: str, require_boxed: bool = False) -> float | None:
+def reference(text: str, gold: str, require_boxed: bool = True) -> float | None:
     """math-verify called directly with the reward's extraction settings: the verdict the reward must reproduce."""
     from latex2sympy2_extended import NormalizationConfig
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
@@ -67,11 +67,20 @@ def test_fast_path_matches_math_verify_on_every_pair():
     assert sum(v is True for v in fast) >= 100 and sum(v is False for v in fast) >= 100
 
 
-def test_fast_path_matches_math_verify_with_require_boxed():
+def test_fast_path_matches_math_verify_without_require_boxed():
     pairs = [p for p in load_corpus() if MATH._fast_verdict(p["completion"], p["gold"]) is not None][:150]
     got = score("math_correctness", [p["completion"] for p in pairs], answer=[p["gold"] for p in pairs],
-                require_boxed=True)
-    assert got == [reference(p["completion"], p["gold"], require_boxed=True) for p in pairs]
+                require_boxed=False)
+    assert got == [reference(p["completion"], p["gold"], require_boxed=False) for p in pairs]
+
+
+def test_restating_the_question_is_not_an_answer_by_default():
+    # Completions a GRPO run of the math default learned to write when bare expressions counted as answers.
+    hacks = ["To calculate ( -8 - 5 using clear formatting, provide an inline", "To calculate 0 + 2, require the"]
+    assert score("math_correctness", hacks, answer=["-13", "2"]) == [0.0, 0.0]
+    assert score("math_correctness", hacks, answer=["-13", "2"], require_boxed=False) == [1.0, 1.0]  # the hazard
+    answers = ["so \\boxed{-13}", "The final answer is $2$."]
+    assert score("math_correctness", answers, answer=["-13", "2"]) == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("text, gold, expected", [
