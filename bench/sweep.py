@@ -28,12 +28,13 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 PROJECT = "grpo-recipes-sweep"
 
-# One factor at a time around the default (lr 1e-4, epsilon 0.2 / clip-higher 0.28, beta 0, loss dapo, temperature 1).
+# One factor at a time around the default (lr 1e-5, epsilon 0.2 / clip-higher 0.28, beta 0, loss dapo, temperature 1).
 VARIANTS: dict[str, list[str]] = {
     "default": [],
     # TRL's own GRPOConfig defaults for the knobs the recipe tunes (same data, rewards, model, length).
     "trl_defaults": ["--learning_rate", "1e-6", "--lr_scheduler_type", "linear", "--epsilon_high", "0.2",
                      "--beta", "0.0", "--loss_type", "dapo", "--temperature", "1.0"],
+    "lr_1e-4": ["--learning_rate", "1e-4"],
     "lr_3e-5": ["--learning_rate", "3e-5"],
     "lr_3e-4": ["--learning_rate", "3e-4"],
     "eps_symmetric": ["--epsilon_high", "0.2"],

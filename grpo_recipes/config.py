@@ -66,6 +66,12 @@ class RecipeArguments:
     prompt_template: str = field(
         default="{question}", metadata={"help": "User message; `{column}` placeholders are filled from the row."}
     )
+    few_shot: list | str | None = field(
+        default=None,
+        metadata={"help": "Worked examples, as earlier chat turns before each question: a list of {question, "
+                          "completion}; the user turn is prompt_template filled from the example. An example's "
+                          "question must not be a held-out question."},
+    )
     # Rewards
     rewards: list | str | None = field(
         default=None, metadata={"help": "Rewards: list of {name, weight, params}; see `grpo-recipes rewards list`."}
@@ -184,6 +190,10 @@ class RecipeArguments:
 
     def __post_init__(self) -> None:
         self.gym_params = _json_field("gym_params", self.gym_params, dict) or {}
+        self.few_shot = _json_field("few_shot", self.few_shot, list) or []
+        for i, ex in enumerate(self.few_shot):
+            if not (isinstance(ex, dict) and isinstance(ex.get("question"), str) and isinstance(ex.get("completion"), str)):
+                raise ValueError(f"few_shot[{i}]: expected a mapping with string `question` and `completion`, got {ex!r}")
         raw = _json_field("rewards", self.rewards, list)
         self.reward_specs = [RewardSpec.parse(e, i) for i, e in enumerate(raw or [])]
         if isinstance(self.reward_dirs, str):

@@ -118,13 +118,18 @@ def _normalise(row: dict, args: RecipeArguments) -> dict | None:
     return row
 
 
-def to_prompt(row: dict, args: RecipeArguments) -> list[dict]:
-    messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+def _user_turn(row: dict, args: RecipeArguments) -> str:
     try:
-        user = args.prompt_template.format_map(row)
+        return args.prompt_template.format_map(row)
     except KeyError as exc:
         raise KeyError(f"prompt_template: the row has no column {exc} (columns: {sorted(row)})") from None
-    return [*messages, {"role": "user", "content": user}]
+
+
+def to_prompt(row: dict, args: RecipeArguments) -> list[dict]:
+    messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+    for ex in args.few_shot or ():
+        messages += [{"role": "user", "content": _user_turn(ex, args)}, {"role": "assistant", "content": ex["completion"]}]
+    return [*messages, {"role": "user", "content": _user_turn(row, args)}]
 
 
 def split_rows(rows: list[dict], eval_rows: list[dict] | None, args: RecipeArguments) -> tuple[list[dict], list[dict]]:
@@ -165,6 +170,10 @@ def load_splits(args: RecipeArguments):
     if eval_rows is not None:
         eval_rows = [r for r in (_normalise(r, args) for r in eval_rows) if r is not None]
     train, held_out = split_rows(rows, eval_rows, args)
+    leaked = {question_key(ex["question"]) for ex in args.few_shot or ()} & {question_key(r["question"]) for r in held_out}
+    if leaked:
+        raise ValueError(f"few_shot: the example question(s) {sorted(leaked)} are held-out questions, so the held-out "
+                         "score would count questions answered in the prompt; pick other examples")
     if not train:
         raise ValueError("dataset: no training rows left after removing held-out questions; raise train_size or "
                          "check question_field/answer_regex")

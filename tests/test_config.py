@@ -40,7 +40,7 @@ def test_unknown_keys_get_did_you_mean(tmp_path):
 def test_run_name_is_derived_from_the_config():
     _, grpo, model, _ = parse_recipe_args(["--seed", "7", "--beta", "0.01"], DEFAULT)
     name = default_run_name("math", model.model_name_or_path, grpo)
-    assert name == "math-SmolLM2-135M-Instruct-lr0.0001-eps0.2-0.28-beta0.01-seed7"
+    assert name == "math-SmolLM2-135M-Instruct-lr1e-05-eps0.2-0.28-beta0.01-seed7"
 
 
 def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):

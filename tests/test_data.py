@@ -80,3 +80,19 @@ def test_missing_question_column_names_the_field(tmp_path):
     path.write_text(json.dumps({"q": "x", "answer": "1"}) + "\n")
     with pytest.raises(KeyError, match="question_field"):
         load_splits(args(dataset_source="file", dataset_path=str(path)))
+
+
+def test_few_shot_examples_become_earlier_turns_and_must_not_be_held_out():
+    shots = [{"question": "Calculate 2 + 5.", "completion": "2 + 5 = 7. \\boxed{7}"}]
+    a = args(prompt_template="{question} Box it.", system_prompt="Be brief.", few_shot=json.dumps(shots))
+    train, held = load_splits(a)
+    for prompt, question in ((train[0]["prompt"], train[0]["question"]), (held[0]["prompt"], held[0]["question"])):
+        assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
+        assert prompt[1]["content"] == "Calculate 2 + 5. Box it." and prompt[2]["content"] == shots[0]["completion"]
+        assert prompt[3]["content"] == f"{question} Box it."
+    # An example whose question is held out would be scored with its answer in the prompt: refused, by name.
+    leaked = [{"question": held[0]["question"], "completion": "x"}]
+    with pytest.raises(ValueError, match=r"few_shot: the example question\(s\) .* are held-out questions"):
+        load_splits(args(few_shot=leaked))
+    with pytest.raises(ValueError, match=r"few_shot\[0\]: expected a mapping with string `question` and `completion`"):
+        args(few_shot=[{"question": "q"}])
