@@ -135,6 +135,7 @@ def train_and_save(trainer, recipe, grpo) -> int:
         trainer.train(resume_from_checkpoint=str(session.plan.resume_from) if session.plan.resume_from else None)
     except registry.RewardFailureRateExceeded as exc:
         print(f"error: {exc}", file=sys.stderr)
+        trainer.end()  # finish the trackers now: a distributed run then exits without interpreter teardown
         return 3
     finally:
         session.close()

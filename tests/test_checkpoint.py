@@ -375,10 +375,14 @@ def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_en
         def train(self, resume_from_checkpoint=None):
             raise RewardFailureRateExceeded("reward 'x' raised on 9 of the last 10 completions")
 
+        def end(self):
+            self.ended = True
+
     before = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(runner, "build_trainer", lambda recipe, grpo, *rest: Trainer(grpo))
+    made = []
+    monkeypatch.setattr(runner, "build_trainer", lambda recipe, grpo, *rest: made.append(Trainer(grpo)) or made[-1])
     argv = ["--output_dir", str(run_env / "out"), "--train_size", "40", "--eval_size", "8", "--save_total_limit", "3"]
     rc = runner.main("math", REPO / "recipes/configs/math_cpu.yaml", argv)
-    assert rc == 3
+    assert rc == 3 and made[0].ended  # trackers finished before the exit
     assert "error: reward 'x' raised on 9 of the last 10 completions" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) == before  # handlers restored
