@@ -8,7 +8,7 @@ Every run is the default math recipe (recipes/configs/math_cpu.yaml) plus the va
 `max_cpu_minutes` (CPU time inside training steps, so a busy machine slows a run down but does not shorten its
 budget, and evaluation is not charged), with
 held-out greedy pass@1 measured at start and end on the same 50 held-out questions. All runs land in one Trackio
-project (`grpo-recipes-sweep`), named `sweep-<variant>-<budget>m`, so the dashboard compares them. Results are appended to
+project (`grpo-recipes-sweep`), named `sweep-<variant>-<budget>m[-<label>]`, so the dashboard compares them. Results are appended to
 bench/results/sweep.jsonl and the table is rewritten in bench/results/sweep.md.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shlex
 import sqlite3
 import subprocess
@@ -62,9 +63,20 @@ def trackio_summary(trackio_dir: Path, run: str) -> dict:
             "entropy_last": entropy[-1] if entropy else None, "alerts": alerts}
 
 
+def cpu_model() -> str:
+    """CPU time buys different amounts of work on different processors: every record names its machine."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()} x{os.cpu_count()}"
+
+
 def run_variant(name: str, flags: list[str], budget_min: float, trackio_dir: Path, out_root: Path,
-                eval_every: int) -> dict:
-    tag = f"{name}-{budget_min:g}m"
+                eval_every: int, label: str = "") -> dict:
+    tag = f"{name}-{budget_min:g}m" + (f"-{label}" if label else "")
     out = out_root / tag
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--max_steps", "100000",
            "--max_cpu_minutes", str(budget_min), "--output_dir", str(out), "--overwrite_output_dir", "true",
@@ -79,7 +91,8 @@ def run_variant(name: str, flags: list[str], budget_min: float, trackio_dir: Pat
     summary = json.loads((out / "eval_summary.json").read_text())
     s, e = summary["start"], summary["end"]
     return {
-        "variant": name, "flags": " ".join(flags), "budget_cpu_min": budget_min, "wall_min": (time.time() - start) / 60,
+        "variant": name, "label": label, "cpu": cpu_model(), "flags": " ".join(flags), "budget_cpu_min": budget_min,
+        "wall_min": (time.time() - start) / 60,
         "pass1_start": s["pass_at_1"], "pass1_end": e["pass_at_1"], "gain": e["pass_at_1"] - s["pass_at_1"],
         "passk_start": s["pass_at_k"], "passk_end": e["pass_at_k"], "format_end": e.get("format_rate"),
         "command": "python recipes/math_grpo.py " + " ".join(shlex.quote(c) for c in cmd[2:]),
@@ -88,11 +101,12 @@ def run_variant(name: str, flags: list[str], budget_min: float, trackio_dir: Pat
 
 
 def write_table(records: list[dict]) -> None:
-    lines = ["| variant | flags | CPU min | steps | greedy pass@1 start -> end (gain) | pass@4 end | format end | "
-             "entropy first -> last | alerts |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | flags | machine | CPU min | steps | greedy pass@1 start -> end (gain) | pass@4 end | format end | "
+             "entropy first -> last | alerts |", "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, p=3: "n/a" if v is None else f"{v:.{p}f}"  # noqa: E731
     for r in records:
-        lines.append(f"| {r['variant']} | `{r['flags'] or '(default)'}` | {r['budget_cpu_min']:g} | {r.get('steps')} | "
+        lines.append(f"| {r['variant']} | `{r['flags'] or '(default)'}` | {r.get('cpu', 'earlier machine')} | "
+                     f"{r['budget_cpu_min']:g} | {r.get('steps')} | "
                      f"{fmt(r['pass1_start'])} -> {fmt(r['pass1_end'])} ({r['gain']:+.3f}) | {fmt(r['passk_end'])} | "
                      f"{fmt(r['format_end'])} | {fmt(r.get('entropy_first'), 2)} -> {fmt(r.get('entropy_last'), 2)} | "
                      f"{r.get('alerts')} |")
@@ -105,13 +119,15 @@ def main() -> None:
     p.add_argument("--only", nargs="*", choices=list(VARIANTS), help="variants to run (default: all)")
     p.add_argument("--eval_every", type=int, default=0,
                    help="held-out evaluation every N steps besides start and end (0: start and end only)")
+    p.add_argument("--label", default="", help="suffix for run names, e.g. the machine, so that runs on another "
+                   "machine do not replace these curves (CPU minutes buy different work on different CPUs)")
     p.add_argument("--trackio_dir", type=Path, default=REPO / "bench" / "results" / "trackio")
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "sweep")
     args = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / "sweep.jsonl"
     for name in args.only or list(VARIANTS):
-        rec = run_variant(name, VARIANTS[name], args.budget_min, args.trackio_dir, args.out, args.eval_every)
+        rec = run_variant(name, VARIANTS[name], args.budget_min, args.trackio_dir, args.out, args.eval_every, args.label)
         with open(log, "a") as f:
             f.write(json.dumps(rec) + "\n")
         print(json.dumps(rec), flush=True)
