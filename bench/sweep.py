@@ -44,6 +44,11 @@ VARIANTS: dict[str, list[str]] = {
     "temp_0.7": ["--temperature", "0.7"],
     "loss_dr_grpo": ["--loss_type", "dr_grpo"],
     "eps_wide": ["--epsilon", "0.3", "--epsilon_high", "0.3"],
+    # The default is on-policy (one optimiser step per generation batch), so the PPO ratio is exactly 1 and epsilon
+    # never clips: the epsilon variants above train step for step like the default. Clipping acts only when a batch
+    # is reused; these pairs measure epsilon there.
+    "reuse2": ["--num_iterations", "2"],
+    "reuse2_eps_symmetric": ["--num_iterations", "2", "--epsilon_high", "0.2"],
 }
 
 
@@ -81,7 +86,9 @@ def run_variant(name: str, flags: list[str], budget_min: float, trackio_dir: Pat
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--max_steps", "100000",
            "--max_cpu_minutes", str(budget_min), "--output_dir", str(out), "--overwrite_output_dir", "true",
            "--project", PROJECT, "--run_name", f"sweep-{tag}", "--save_strategy", "no",
-           "--eval_every_steps", str(eval_every), *flags]
+           "--eval_every_steps", str(eval_every),
+           # one Trackio group per budget and machine: the runs that may be compared with each other
+           "--trackio_group", f"sweep-{budget_min:g}m" + (f"-{label}" if label else ""), *flags]
     # PASSIVE: idle OpenMP threads sleep instead of spinning, so on a shared machine CPU time measures work done.
     env = {**os.environ, "TRACKIO_DIR": str(trackio_dir), "OMP_WAIT_POLICY": "PASSIVE"}
     start = time.time()
