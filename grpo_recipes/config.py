@@ -99,6 +99,11 @@ class RecipeArguments:
     trackio_dir: str | None = field(
         default=None, metadata={"help": "Local Trackio storage folder (default $TRACKIO_DIR or ~/.cache/huggingface/trackio)."}
     )
+    trackio_group: str | None = field(
+        default=None,
+        metadata={"help": "Trackio run group, e.g. one sweep: the dashboard shows, hides and compares a group's runs "
+                  "together. Needs report_to: trackio."},
+    )
     # Reliability (grpo_recipes/checkpoint.py, docs/reliability.md)
     resume: bool = field(
         default=False,

@@ -421,6 +421,9 @@ def static_checks(recipe, grpo, model_args=None) -> tuple[list[str], list[str]]:
         value = getattr(grpo, name, None)
         if value is not None and str(value) not in choices:
             errors.append(f"{name}: '{value}' is not one of {', '.join(choices)}{_choice_hint(value, choices)}")
+    if recipe.trackio_group and "trackio" not in (grpo.report_to or []):
+        errors.append(f"trackio_group: '{recipe.trackio_group}' groups Trackio runs, but report_to is "
+                      f"{grpo.report_to or 'none'}; add trackio to report_to, or drop trackio_group")
     rate, window = recipe.max_reward_failure_rate, recipe.reward_failure_window
     if not 0 <= rate <= 1:
         errors.append(f"max_reward_failure_rate: {rate:g}; it is a fraction between 0 and 1 (1 never stops the run)")

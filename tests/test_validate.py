@@ -117,6 +117,8 @@ BAD_CONFIGS = [
     ("vllm-missing", lambda t: ["--use_vllm", "true"], "use_vllm: true, but vLLM is not installed"),
     ("reward-column", _reward_needing_a_column,
      "rewards[0] (needs_solution): needs dataset column 'solution', which the dataset lacks"),
+    ("trackio-group-no-trackio", lambda t: ["--trackio_group", "sweep", "--report_to", "none"],
+     "trackio_group: 'sweep' groups Trackio runs, but report_to is none; add trackio"),
     ("too-few-prompts", lambda t: ["--train_size", "1"],
      "train_size: the dataset has 1 training rows, but one generation batch needs 2 distinct prompts"),
 ]
