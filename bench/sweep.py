@@ -81,14 +81,15 @@ def cpu_model() -> str:
 
 def run_variant(name: str, flags: list[str], budget_min: float, trackio_dir: Path, out_root: Path,
                 eval_every: int, label: str = "") -> dict:
-    tag = f"{name}-{budget_min:g}m" + (f"-{label}" if label else "")
+    suffix = f"-{label}" if label else ""
+    tag = f"{name}-{budget_min:g}m{suffix}"
     out = out_root / tag
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--max_steps", "100000",
            "--max_cpu_minutes", str(budget_min), "--output_dir", str(out), "--overwrite_output_dir", "true",
            "--project", PROJECT, "--run_name", f"sweep-{tag}", "--save_strategy", "no",
            "--eval_every_steps", str(eval_every),
            # one Trackio group per budget and machine: the runs that may be compared with each other
-           "--trackio_group", f"sweep-{budget_min:g}m" + (f"-{label}" if label else ""), *flags]
+           "--trackio_group", f"sweep-{budget_min:g}m{suffix}", *flags]
     # PASSIVE: idle OpenMP threads sleep instead of spinning, so on a shared machine CPU time measures work done.
     env = {**os.environ, "TRACKIO_DIR": str(trackio_dir), "OMP_WAIT_POLICY": "PASSIVE"}
     start = time.time()
