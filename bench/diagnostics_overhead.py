@@ -103,8 +103,9 @@ def main() -> None:
         argv += ["--model_name_or_path", str(tiny_model(work / "tiny")), "--num_generations", "4",
                  "--per_device_train_batch_size", "8", "--max_completion_length", "16", "--train_size", "64",
                  "--eval_size", str(args.eval_size or 16)]
-    recipe, grpo, model_args, train, held_out, funcs = prepare("math", argv, REPO / "recipes/configs/math_cpu.yaml")
-    trainer = build_trainer(recipe, grpo, model_args, train, held_out, funcs)
+    run = prepare("math", argv, REPO / "recipes/configs/math_cpu.yaml")
+    recipe, model_args, held_out = run.recipe, run.model_args, run.held_out
+    trainer = build_trainer(run)
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start

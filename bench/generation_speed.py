@@ -29,7 +29,7 @@ CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 def load(model_arg: str | None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_recipes.config import parse_recipe_args
+    from grpo_recipes.parsing import parse_recipe_args
     from grpo_recipes.data import load_splits
     from grpo_recipes.models import resolve_model
 

@@ -34,9 +34,10 @@ def trial(side: str, steps: int, model: str | None, out: Path) -> dict:
             "--eval_heldout", "false", "--logging_steps", "1"]
     if model:
         argv += ["--model_name_or_path", model]
-    recipe, grpo, model_args, train, held_out, funcs = runner.prepare("math", argv, CONFIG)
+    run = runner.prepare("math", argv, CONFIG)
+    recipe, grpo, model_args, train, funcs = run.recipe, run.training, run.model_args, run.train, run.funcs
     if side == "layer":
-        trainer = runner.build_trainer(recipe, grpo, model_args, train, held_out, funcs)
+        trainer = runner.build_trainer(run)
     else:
         from trl import GRPOTrainer
 

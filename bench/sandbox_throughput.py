@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from grpo_recipes import sandbox
-from grpo_recipes.code_data import load_humaneval
+from grpo_recipes.tasks.humaneval import load_humaneval
 
 
 def executing_check_correctness(path: str | None = None):

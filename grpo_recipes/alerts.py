@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 
 from transformers import TrainerCallback
 
+from . import tracking
 from .config import RecipeArguments
 
 logger = logging.getLogger("grpo_recipes.alerts")
@@ -295,14 +296,6 @@ def default_detectors(cfg: AlertConfig, reward_names: list[str], correctness: st
     return detectors
 
 
-def trackio_active() -> bool:
-    try:
-        import trackio
-    except ImportError:
-        return False
-    return trackio.context_vars.current_run.get() is not None
-
-
 class AlertCallback(TrainerCallback):
     """Feeds every log to the detectors; an alert becomes a log warning, and a Trackio alert when a run is open."""
 
@@ -321,7 +314,5 @@ class AlertCallback(TrainerCallback):
     def raise_alert(self, alert: Alert) -> None:
         self.fired.append(alert)
         logger.warning("ALERT %s: %s", alert.title, alert.text)
-        if trackio_active():
-            import trackio
-
-            trackio.alert(title=alert.title, text=alert.text, level=trackio.AlertLevel(alert.level))
+        if tracking.active():
+            tracking.alert(alert.title, alert.text, alert.level)

@@ -1,4 +1,5 @@
-"""Checkpoints that survive kills, a clean stop on SIGTERM/SIGINT, and exact resume (docs/reliability.md).
+"""Checkpoints that survive kills, a clean stop on SIGTERM/SIGINT, and exact resume (docs/reliability.md), for the
+GRPO and SFT runs alike.
 
 Atomic checkpoints. transformers 5.24's `Trainer._save_checkpoint` writes straight into `checkpoint-N` (no temp dir),
 so a kill during a save leaves a half-written folder that `get_last_checkpoint` would happily pick. Rather than
@@ -21,7 +22,8 @@ Metric history. transformers' TrackioCallback logs each record with Trackio's ow
 with the last valid checkpoint at c < k, steps c+1..k would be logged twice. Before training restarts, the rows of this
 run that belong to steps after c are deleted from Trackio's local SQLite database (they are about to be recomputed,
 and the recomputed values are the ones that lead to the final model). `on_save` also flushes Trackio's write queue
-before marking a checkpoint complete, so every step up to a valid checkpoint is on disk: no gaps.
+before marking a checkpoint complete, so every step up to a valid checkpoint is on disk: no gaps. The Trackio side of
+both is tracking.py; the signal handling is signals.py.
 """
 
 from __future__ import annotations
@@ -32,13 +34,18 @@ import os
 import re
 import shutil
 import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+from accelerate import PartialState
 from transformers import TrainerCallback
+from trl.trainer.utils import RepeatSampler
+
+from . import tracking
+from .signals import SignalStop, any_process
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -165,11 +172,11 @@ def rotate(output_dir: str | os.PathLike, keep: int | None, protect: str | os.Pa
 # ----------------------------------------------------------------------------------------- start-up decisions
 
 
-def output_dir_problems(recipe, grpo) -> list[str]:
+def output_dir_problems(recipe, training) -> list[str]:
     """Output-directory conflicts, checked at start-up before anything loads."""
-    out = Path(grpo.output_dir)
+    out = Path(training.output_dir)
     problems = []
-    explicit = grpo.resume_from_checkpoint
+    explicit = training.resume_from_checkpoint
     if recipe.resume and recipe.overwrite_output_dir:
         problems.append("resume, overwrite_output_dir: both set; --resume continues the run in output_dir, "
                         "--overwrite_output_dir discards it. Choose one")
@@ -219,13 +226,13 @@ class RunPlan:
     replace_metrics: bool = False  # Trackio rows of this run after start_step are deleted (they will be re-logged)
 
 
-def plan_run(recipe, grpo) -> RunPlan:
+def plan_run(recipe, training) -> RunPlan:
     """Decide where training starts. Changes nothing on disk; `start` applies the plan right before training.
 
     On resume the Trackio run name stored by the earlier run is reused unless --run_name is given, so a resumed run
     continues the same curve even when a setting that is part of the derived name (say, the learning rate) changed.
     """
-    out = Path(grpo.output_dir)
+    out = Path(training.output_dir)
     existing = checkpoint_dirs(out)
     plan = RunPlan(output_dir=out)
     if recipe.overwrite_output_dir:
@@ -233,205 +240,26 @@ def plan_run(recipe, grpo) -> RunPlan:
         plan.replace_metrics = True
     else:
         plan.incomplete = [(p, why) for _, p in existing if (why := verify(p))]
-    if grpo.resume_from_checkpoint:
-        plan.resume_from = Path(grpo.resume_from_checkpoint)
+    if training.resume_from_checkpoint:
+        plan.resume_from = Path(training.resume_from_checkpoint)
     elif recipe.resume:
         plan.resume_from, _ = latest_complete(out)
         if plan.resume_from is None:
             logger.info("resume: no complete checkpoint in %s; starting from step 0", out)
     if plan.resume_from is not None:
         plan.start_step = checkpoint_step(plan.resume_from)
-    if recipe.resume or grpo.resume_from_checkpoint:
+    if recipe.resume or training.resume_from_checkpoint:
         plan.replace_metrics = True
         info = out / RUN_INFO
-        if not grpo.run_name and info.is_file():
-            grpo.run_name = json.loads(info.read_text())["run_name"]
+        if not training.run_name and info.is_file():
+            training.run_name = json.loads(info.read_text())["run_name"]
     return plan
 
 
-# --------------------------------------------------------------------------------------------- Trackio history
-
-
-def _trackio_enabled(grpo) -> bool:
-    return "trackio" in (grpo.report_to or [])
-
-
-def trackio_db(project: str) -> Path:
-    """The SQLite file Trackio writes this project to (trackio resolves TRACKIO_DIR when first imported)."""
-    from trackio.sqlite_storage import SQLiteStorage
-
-    return SQLiteStorage.get_project_db_path(project)
-
-
-def _rows(db: Path, run_name: str) -> list[tuple[int, int, dict]]:
-    import sqlite3
-
-    if not db.is_file():
-        return []
-    with sqlite3.connect(db, timeout=30) as con:
-        try:
-            raw = con.execute("SELECT id, step, metrics FROM metrics WHERE run_name = ? ORDER BY id",
-                              (run_name,)).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []
-            raise
-    out = []
-    for row_id, step, metrics in raw:
-        try:
-            out.append((row_id, step, json.loads(metrics)))
-        except ValueError:
-            out.append((row_id, step, {}))
-    return out
-
-
-def _row_step(trackio_step: int, metrics: dict) -> int | None:
-    """The training step a Trackio row belongs to, or None when it cannot be told."""
-    if "train/global_step" in metrics:  # transformers' TrackioCallback: every train/eval record
-        return int(metrics["train/global_step"])
-    table = metrics.get("completions")
-    if isinstance(table, dict) and table.get("_type") == "trackio.table":  # TRL's completions table
-        steps = [r.get("step") for r in table.get("_value") or [] if isinstance(r, dict)]
-        steps = [s for s in steps if isinstance(s, int)]
-        return max(steps) if steps else None
-    if metrics and all(k.startswith("profiling/") for k in metrics):
-        # TRL's profiling_context logs with step=trainer.state.global_step, i.e. before the step completes
-        return trackio_step + 1
-    return None
-
-
-def prune_metrics(db: Path, run_name: str, after_step: int) -> int:
-    """Delete this run's Trackio rows that belong to training steps after `after_step` (-1: all of them), and the
-    alerts raised after the last kept row; return how many metric rows went.
-
-    Rows that name no step are deleted when they were written after the last row of a kept step (they came from
-    the lost part of the run); the others stay.
-    """
-    import sqlite3
-
-    rows = _rows(db, run_name)
-    if not rows:
-        return 0
-    steps = {row_id: _row_step(step, m) for row_id, step, m in rows}
-    kept_ids = [row_id for row_id, s in steps.items() if s is not None and s <= after_step]
-    cut = max(kept_ids, default=0)
-    doomed = [row_id for row_id, s in steps.items()
-              if (s is not None and s > after_step) or (s is None and row_id > cut)]
-    # Alerts carry Trackio's own step counter, the `step` column of the metric rows: keep those up to the last kept row.
-    last_kept = max((trackio_step for row_id, trackio_step, _ in rows if row_id not in set(doomed)), default=-1)
-    with sqlite3.connect(db, timeout=30) as con:
-        if doomed:
-            con.executemany("DELETE FROM metrics WHERE id = ?", [(i,) for i in doomed])
-        try:
-            con.execute("DELETE FROM alerts WHERE run_name = ? AND (step IS NULL OR step > ?)", (run_name, last_kept))
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-    return len(doomed)
-
-
-def logged_steps(db: Path, run_name: str) -> list[int]:
-    """Global steps that have a training record (train/loss) in this run, in log order, duplicates included."""
-    return [int(m["train/global_step"]) for _, _, m in _rows(db, run_name)
-            if "train/loss" in m and "train/global_step" in m]
-
-
-def metric_history_problems(plan: RunPlan, grpo) -> list[str]:
-    """A fresh start must not append to a Trackio run that already has metrics: the curves would interleave."""
-    if plan.replace_metrics or not _trackio_enabled(grpo):
-        return []
-    steps = logged_steps(trackio_db(grpo.project), grpo.run_name)
-    if not steps:
-        return []
-    return [
-        f"run_name: Trackio project '{grpo.project}' already has a run '{grpo.run_name}' with metrics up to step "
-        f"{max(steps)}; a fresh start would log steps from 1 again into the same run. Fix: --resume to continue it, "
-        "--overwrite_output_dir to replace it, or a new --run_name"
-    ]
-
-
-def _flush_trackio(args) -> None:
-    """Push Trackio's queued rows to its database now (it writes every 0.5 s from a thread), so that a checkpoint is
-    marked complete only once the metrics of every step up to it are on disk. trackio has no public flush; this
-    uses the same call its writer thread makes, under the same lock."""
-    if not _trackio_enabled(args):
-        return
-    import trackio
-
-    run = trackio.context_vars.current_run.get()
-    if run is None:
-        return
-    flush, lock = getattr(run, "_flush_queues_inline", None), getattr(run, "_client_lock", None)
-    if flush is None or lock is None:
-        logger.warning("trackio %s has no _flush_queues_inline: a kill within 0.5 s of a checkpoint may leave the "
-                       "last step's metrics out of Trackio", trackio.__version__)
-        return
-    with lock:
-        flush()
-
-
-# ------------------------------------------------------------------------------------------------- stopping
-
-
-class SignalStop:
-    """First SIGTERM/SIGINT: ask for a checkpoint at the end of the current step, then a clean stop.
-    Second one: exit at once with the signal's default action (the last complete checkpoint stays valid)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._old: dict[int, Any] = {}
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():  # signal.signal works only there
-            logger.warning("not in the main thread: SIGTERM/SIGINT will not trigger a checkpoint")
-            return
-        for sig in self.SIGNALS:
-            self._old[sig] = signal.signal(sig, self._handle)
-
-    def uninstall(self) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old.clear()
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if self.signum is not None:
-            os.write(2, f"\n{name} again: exiting now without saving.\n".encode())
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        self.signum = signum
-        # os.write, not print: a signal handler may run in the middle of another write to the same stream
-        os.write(2, f"\n{name} received: saving a checkpoint at the end of this step, then stopping. "
-                    f"Send {name} again to exit at once.\n".encode())
-
-
-def _any_process(flag: bool) -> bool:
-    """True on every process if it is true on any: all processes must stop at the same step, or the ones still
-    training wait forever in a collective for the ones that stopped."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return flag
-    import torch
-    from accelerate import PartialState
-
-    t = torch.tensor([1 if flag else 0], device=PartialState().device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
-
-
-def _wait_for_everyone() -> None:
-    from accelerate import PartialState
-
-    PartialState().wait_for_everyone()
+# ------------------------------------------------------------------------------------------------- callback
 
 
 def _find_repeat_sampler(obj: Any, depth: int = 0):
-    from trl.trainer.utils import RepeatSampler
-
     if isinstance(obj, RepeatSampler):
         return obj
     if obj is None or depth > 4:
@@ -454,8 +282,6 @@ class CheckpointCallback(TrainerCallback):
         self._epoch: int | None = None
 
     def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
-        import torch
-
         sampler = _find_repeat_sampler(train_dataloader)
         if sampler is None or not sampler.shuffle or sampler.seed is None:
             return
@@ -474,20 +300,20 @@ class CheckpointCallback(TrainerCallback):
         sampler.generator = generator
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.stop is not None and _any_process(self.stop.signum is not None):
+        if self.stop is not None and any_process(self.stop.signum is not None):
             control.should_save = True  # even with save_strategy "no": otherwise the work since the start is lost
             control.should_training_stop = True
             self.stopped_at = state.global_step
 
     def on_save(self, args, state, control, **kwargs):
         path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        _wait_for_everyone()  # sharded saves (FSDP/DeepSpeed) write on every process: all must be done
+        PartialState().wait_for_everyone()  # sharded saves (FSDP/DeepSpeed) write on every process: all must be done
         if state.is_world_process_zero:
-            _flush_trackio(args)
+            tracking.flush(args)
             mark_complete(path, state.global_step)
             for old in rotate(args.output_dir, self.keep, state.best_model_checkpoint):
                 logger.info("deleted %s (save_total_limit %s)", old, self.keep)
-        _wait_for_everyone()  # no process may go on (and possibly be killed) before the marker exists
+        PartialState().wait_for_everyone()  # no process may go on (and possibly be killed) before the marker exists
 
 
 # -------------------------------------------------------------------------------------------------- session
@@ -514,11 +340,9 @@ class Session:
         self.stop.uninstall()
 
 
-def start(trainer, plan: RunPlan, grpo) -> Session:
+def start(trainer, plan: RunPlan, training) -> Session:
     """Apply the plan (remove incomplete/discarded checkpoints, prune the metrics that will be re-logged, record the
     run name), take over checkpoint retention, and install the signal handlers. Call right before trainer.train."""
-    from accelerate import PartialState
-
     state = PartialState()
     if state.is_main_process:
         for path, why in plan.incomplete:
@@ -527,20 +351,19 @@ def start(trainer, plan: RunPlan, grpo) -> Session:
         for path in plan.discard:
             logger.warning("overwrite_output_dir: removing %s", path)
             remove_checkpoint(path)
-        if plan.replace_metrics and _trackio_enabled(grpo):
-            from trackio.utils import get_storage_mode
-
-            if get_storage_mode() != "sqlite":
+        if plan.replace_metrics and tracking.enabled(training):
+            if tracking.storage_mode() != "sqlite":
                 logger.warning("Trackio stores to JSONL fragments here (network filesystem?), which cannot be "
                                "pruned: steps after %d may appear twice in Trackio", plan.start_step)
             # A fresh start (overwrite, or resume with no checkpoint) replaces everything, step-0 evaluation included.
             after = plan.start_step if plan.resume_from is not None else -1
-            removed = prune_metrics(trackio_db(grpo.project), grpo.run_name, after)
+            removed = tracking.prune_metrics(tracking.project_db(training.project), training.run_name, after)
             if removed:
                 logger.info("Trackio: removed %d rows of run %s logged after step %d; they are re-logged as the run "
-                            "continues", removed, grpo.run_name, plan.start_step)
+                            "continues", removed, training.run_name, plan.start_step)
         plan.output_dir.mkdir(parents=True, exist_ok=True)
-        (plan.output_dir / RUN_INFO).write_text(json.dumps({"project": grpo.project, "run_name": grpo.run_name}))
+        info = {"project": training.project, "run_name": training.run_name}
+        (plan.output_dir / RUN_INFO).write_text(json.dumps(info))
     state.wait_for_everyone()
     if plan.resume_from is not None:
         logger.info("resuming from %s (step %d)", plan.resume_from, plan.start_step)
@@ -551,8 +374,3 @@ def start(trainer, plan: RunPlan, grpo) -> Session:
     trainer.add_callback(callback)
     stop.install()
     return Session(plan, callback, stop)
-
-
-def exit_code(signum: int) -> int:
-    return 128 + signum  # what a shell reports for a process ended by that signal; schedulers read it as "stopped"
-

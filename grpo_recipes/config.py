@@ -1,24 +1,23 @@
-"""Recipe configuration: one YAML + CLI flags -> (RecipeArguments, GRPOConfig, ModelConfig), TRL-style.
+"""Recipe configuration dataclasses: RecipeArguments (what a recipe trains on and how it is scored) and WarmupConfig
+(TRL's SFTConfig plus the SFT warm-up's own settings). Dataclasses only: reading YAML and flags into them is
+parsing.py's job, checking their values together is checks.py's.
 
-The YAML is flat, as in TRL: every key is a field of one of the three dataclasses. `rewards:` is a list of
-{name, weight, params}. CLI flags override the YAML (`--learning_rate 1e-6`); list/dict fields take JSON on the
-command line (`--rewards '[{"name": "math_correctness"}]'`).
+A recipe's YAML is flat, as in TRL: every key is a field of RecipeArguments, of the training config (GRPOConfig, or
+WarmupConfig for the warm-up) or of ModelConfig. `rewards:` is a list of {name, weight, params}.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import os
-import sys
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
+
+from trl import SFTConfig
 
 from .registry import RewardSpec
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-PATH_FIELDS = {"dataset_path", "eval_path"}
+SFT_FORMATS = ("boxed", "think_boxed")
 
 
 @dataclass
@@ -104,7 +103,7 @@ class RecipeArguments:
         metadata={"help": "Trackio run group, e.g. one sweep: the dashboard shows, hides and compares a group's runs "
                   "together. Needs report_to: trackio."},
     )
-    # Reliability (grpo_recipes/checkpoint.py, docs/reliability.md)
+    # Reliability (grpo_recipes/checkpoint.py, signals.py, tracking.py; docs/reliability.md)
     resume: bool = field(
         default=False,
         metadata={"help": "Continue from the latest complete checkpoint in output_dir, same Trackio run "
@@ -216,88 +215,24 @@ def _json_field(name: str, value: Any, kind: type) -> Any:
     return value
 
 
-def bf16_supported() -> bool:
-    import torch
+@dataclass
+class WarmupConfig(SFTConfig):
+    """SFTConfig plus the SFT warm-up's own settings (grpo_recipes/sft.py, docs/sft.md)."""
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-
-
-def _split_config_arg(argv: list[str], default_config: Path | None) -> tuple[Path | None, list[str]]:
-    argv = list(argv)
-    if "--config" in argv:
-        i = argv.index("--config")
-        if i + 1 >= len(argv):
-            raise ValueError("--config: missing the path to a YAML file")
-        path = Path(argv[i + 1])
-        del argv[i : i + 2]
-        return path, argv
-    return default_config, argv
-
-
-def read_yaml(path: Path) -> dict:
-    import yaml
-
-    if not path.is_file():
-        raise ValueError(f"--config: no such file {path}")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a YAML mapping of field: value, got {type(data).__name__}")
-    return data
-
-
-def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None = None, training_cls=None):
-    """argv + YAML -> (RecipeArguments, training config, ModelConfig, config path). Unknown keys are errors.
-
-    The training config is GRPOConfig unless `training_cls` names another TRL config (SFTConfig for warm-up).
-    """
-    from trl import GRPOConfig, ModelConfig, TrlParser
-
-    training_cls = training_cls or GRPOConfig
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    config_path, argv = _split_config_arg(argv, default_config)
-    config = read_yaml(config_path) if config_path else {}
-    for key, value in (config.pop("env", None) or {}).items():
-        os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
-    for key in PATH_FIELDS & config.keys():  # a config file's paths are relative to the file, not to the cwd
-        if config[key] and not Path(config[key]).expanduser().is_absolute():
-            config[key] = str((config_path.parent / config[key]).resolve())
-    known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}
-    problems = [unknown_key_message(k, known, "config file") for k in config if k not in known]
-    # bf16 only where the hardware has it; an explicit setting in the file or on the CLI still wins.
-    config.setdefault("bf16", bf16_supported())
-    parser = TrlParser((RecipeArguments, training_cls, ModelConfig), allow_abbrev=False)  # --max_step is a typo
-    # Every bad value, in the file or on the command line, is reported here: argparse would SystemExit on the first.
-    from .validate import build_dataclasses, check_values
-
-    problems += check_values(parser, (RecipeArguments, training_cls, ModelConfig), config, argv)
-    if problems:
-        raise ConfigError(problems)
-    parser.set_defaults_with_config(**config)
-    (recipe, training, model), rest = build_dataclasses(parser, argv)  # every __post_init__ refusal, together
-    flags = [a[2:].split("=")[0] for a in rest if a.startswith("--")]
-    if flags or rest:
-        problems = [unknown_key_message(f, known, "command line") for f in flags] or [f"unexpected arguments {rest}"]
-        raise ConfigError(problems)
-    return recipe, training, model, config_path
-
-
-def unknown_key_message(key: str, known: set[str], where: str) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-    hint = f"did you mean `{close[0]}`?" if close else "see `--help` for the accepted fields"
-    return f"{key}: unknown field in the {where}; {hint}"
-
-
-class ConfigError(ValueError):
-    """Every problem found at start-up, reported together."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
-
-
-def default_run_name(recipe_name: str, model_name: str, grpo) -> str:
-    model = Path(model_name.rstrip("/")).name
-    eps = f"{grpo.epsilon:g}" + (f"-{grpo.epsilon_high:g}" if grpo.epsilon_high else "")
-    return f"{recipe_name}-{model}-lr{grpo.learning_rate:g}-eps{eps}-beta{grpo.beta:g}-seed{grpo.seed}"
+    sft_format: str = field(
+        default="boxed",
+        metadata={"help": "Target format: `boxed` (a reasoning line, then \\boxed{answer}) or `think_boxed` "
+                          "(the line inside <think>...</think>, then \\boxed{answer})."},
+    )
+    sft_traces_path: str | None = field(
+        default=None,
+        metadata={"help": "JSONL of distilled traces ({question, completion} per line) to train on instead of "
+                          "rendered gold answers; held-out questions are dropped."},
+    )
+    format_eval: bool = field(
+        default=True,
+        metadata={"help": "Greedy-decode the held-out split before and after SFT, score it with the configured "
+                          "rewards; write format_eval.json."},
+    )
+    format_eval_max_new_tokens: int = field(default=48, metadata={"help": "Generation budget per held-out prompt."})
+    format_eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together in format eval."})

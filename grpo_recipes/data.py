@@ -7,17 +7,20 @@ side, so the same question can never be trained on and evaluated on, even when a
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import re
 import string
 from pathlib import Path
 
+import reasoning_gym
+from datasets import Dataset, load_dataset
+
 from .config import RecipeArguments
+from .tasks.humaneval import load_humaneval
 
 SOURCES = ("reasoning_gym", "hub", "file")
-# Named held-out sets: module:function returning rows with `question` (+ whatever their rewards read).
-EVAL_SOURCES = {"humaneval": "grpo_recipes.code_data:load_humaneval"}
+# Named held-out sets: functions returning rows with `question` (+ whatever their rewards read).
+EVAL_SOURCES = {"humaneval": load_humaneval}
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -50,8 +53,6 @@ def check_data_args(args: RecipeArguments) -> list[str]:
             elif value and Path(value).suffix not in FILE_FORMATS:
                 problems.append(f"{name}: unsupported format {Path(value).suffix}; use one of {', '.join(FILE_FORMATS)}")
     if args.dataset_source == "reasoning_gym":
-        import reasoning_gym
-
         if args.gym_task not in reasoning_gym.factory.DATASETS:
             problems.append(f"gym_task: unknown reasoning-gym task '{args.gym_task}' (e.g. basic_arithmetic, chain_sum)")
     if args.eval_source and args.eval_source not in EVAL_SOURCES:
@@ -77,8 +78,6 @@ def check_data_args(args: RecipeArguments) -> list[str]:
 
 
 def _gym_rows(args: RecipeArguments) -> list[dict]:
-    import reasoning_gym
-
     # Generate extra rows: small tasks repeat questions, and repeats are dropped by the split.
     size = 2 * (args.train_size + args.eval_size)
     data = reasoning_gym.create_dataset(args.gym_task, size=size, seed=args.split_seed, **args.gym_params)
@@ -88,14 +87,10 @@ def _gym_rows(args: RecipeArguments) -> list[dict]:
 
 
 def _hub_rows(args: RecipeArguments, split: str) -> list[dict]:
-    from datasets import load_dataset
-
     return list(load_dataset(args.dataset_name, args.dataset_config, split=split))
 
 
 def _file_rows(path: str) -> list[dict]:
-    from datasets import load_dataset
-
     kind = FILE_FORMATS[Path(path).suffix]
     return list(load_dataset(kind, data_files=str(path), split="train"))
 
@@ -153,8 +148,6 @@ def split_rows(rows: list[dict], eval_rows: list[dict] | None, args: RecipeArgum
 
 def load_splits(args: RecipeArguments):
     """-> (train, eval) as datasets.Dataset with `prompt` (chat messages), `question`, `answer` and source columns."""
-    from datasets import Dataset
-
     if args.dataset_source == "reasoning_gym":
         rows, eval_rows = _gym_rows(args), None
     elif args.dataset_source == "hub":
@@ -164,8 +157,7 @@ def load_splits(args: RecipeArguments):
         rows = _file_rows(args.dataset_path)
         eval_rows = _file_rows(args.eval_path) if args.eval_path else None
     if args.eval_source:
-        module, func = EVAL_SOURCES[args.eval_source].split(":")
-        eval_rows = getattr(importlib.import_module(module), func)()
+        eval_rows = EVAL_SOURCES[args.eval_source]()
     rows = [r for r in (_normalise(r, args) for r in rows) if r is not None]
     if eval_rows is not None:
         eval_rows = [r for r in (_normalise(r, args) for r in eval_rows) if r is not None]

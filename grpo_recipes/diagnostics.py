@@ -30,27 +30,6 @@ class DiagnosticsSpec:
     normalised: bool = True  # advantages divided by a std (TRL scale_rewards != "none")
 
 
-def config_problems(recipe) -> list[str]:
-    """Problems with a RecipeArguments' diagnostics, evaluation and alert settings, found before anything loads."""
-    names = [s.metric_name for s in recipe.reward_specs]
-    problems = []
-    for name in ("correctness_reward", "format_reward"):
-        value = getattr(recipe, name)
-        if value is not None and value not in names:
-            problems.append(f"{name}: '{value}' is not one of the configured rewards ({', '.join(names) or 'none'})")
-    correctness = recipe.correctness_reward or (names[0] if names else None)
-    if recipe.format_reward is not None and recipe.format_reward == correctness:
-        problems.append("format_reward: must differ from the correctness reward")
-    for name in ("eval_k", "eval_generation_batch_size", "alert_patience", "alert_baseline_steps"):
-        if getattr(recipe, name) < 1:
-            problems.append(f"{name}: must be >= 1, got {getattr(recipe, name)}")
-    if recipe.eval_every_steps < 0:
-        problems.append(f"eval_every_steps: must be >= 0 (0: only at start and end), got {recipe.eval_every_steps}")
-    if recipe.eval_max_new_tokens is not None and recipe.eval_max_new_tokens < 1:
-        problems.append(f"eval_max_new_tokens: must be >= 1 or unset, got {recipe.eval_max_new_tokens}")
-    return problems
-
-
 def correctness_index(names: list[str] | tuple[str, ...], correctness: str | None) -> int:
     """The correctness reward's column: the named one, or the first reward when none is named."""
     return 0 if correctness is None else list(names).index(correctness)

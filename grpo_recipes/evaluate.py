@@ -1,26 +1,28 @@
 """Held-out evaluation with the recipe's own verifier: greedy pass@1, sampled pass@k, format rate, mean length.
 
-Used two ways:
-- during training, `HeldOutEvalCallback` evaluates the policy at train start, every `eval_every_steps` and at the
-  end, logs `eval_pass@1` etc. through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
-- `grpo-recipes eval --recipe math --model PATH` evaluates any checkpoint on any recipe's held-out split.
+Used three ways, all through `evaluate`:
+- during GRPO training, `HeldOutEvalCallback` evaluates the policy at train start, every `eval_every_steps` and at
+  the end, logs `eval_pass@1` etc. through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
+- the SFT warm-up's greedy format check before and after training (sft.py, with k=0: no samples);
+- `grpo-recipes eval --recipe math --model PATH` (cli/eval.py) evaluates any checkpoint on a recipe's held-out split.
+Prompts are tokenised as TRL's GRPOTrainer tokenises them for generation, so what is evaluated is what is trained.
 
 Only the held-out split is ever evaluated (data.load_splits keeps it disjoint from training by question).
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import logging
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, TrainerCallback
+from accelerate.utils import gather_object
+from transformers import DynamicCache, GenerationConfig, TrainerCallback
+from trl.models import unwrap_model_for_generation
 
 from .diagnostics import correctness_index, pass_at_k
 
@@ -29,7 +31,7 @@ logger = logging.getLogger("grpo_recipes.evaluate")
 
 @dataclass
 class EvalSettings:
-    k: int = 4  # sampled completions per prompt for pass@k
+    k: int = 4  # sampled completions per prompt for pass@k; 0: greedy only
     max_new_tokens: int = 48
     batch_size: int = 16  # prompts per generate call
     temperature: float = 1.0  # sampling settings: the training ones, so pass@k measures what GRPO explores
@@ -117,16 +119,15 @@ def generate_greedy_and_sampled(model, prompt_ids: list[list[int]], greedy: Gene
     generate() would prefill the prompt once per returned sequence: k + 1 times. On CPU the prompt (chat template and
     system prompt, ~50 tokens) costs as much as the completion, so it is run once here and its KV cache copied for
     the greedy pass and repeated k times for the samples: about 4x faster on SmolLM2-135M, the same tokens.
+    With k=0 only the greedy pass runs.
     """
-    from transformers import DynamicCache
-
     device = next(model.parameters()).device
     width = max(len(p) for p in prompt_ids)
     pad = greedy.pad_token_id
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
     cache = greedy_cache = None
-    if width > 1:  # a one-token prompt has nothing to share: generate() prefills it as usual
+    if width > 1 and k > 0:  # a one-token prompt, or greedy alone, has nothing to share: generate() prefills it
         cache = DynamicCache(config=model.config)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded positions
         # Only the cache is wanted: logits_to_keep=1 spares the vocabulary projection of every prompt position.
@@ -136,6 +137,8 @@ def generate_greedy_and_sampled(model, prompt_ids: list[list[int]], greedy: Gene
         cache.batch_repeat_interleave(k)
     # With a cache that covers all but the last prompt token, generate() runs only that token before decoding.
     g = model.generate(input_ids=ids, attention_mask=mask, cache=greedy_cache, generation_config=greedy)
+    if k == 0:
+        return _cut_at_eos(g[:, width:].tolist(), eos_ids), []
     s = model.generate(input_ids=ids.repeat_interleave(k, dim=0), attention_mask=mask.repeat_interleave(k, dim=0),
                        cache=cache, generation_config=sampled)
     return _cut_at_eos(g[:, width:].tolist(), eos_ids), _cut_at_eos(s[:, width:].tolist(), eos_ids)
@@ -163,7 +166,7 @@ def score(func, rows: list[dict], completion_ids: list[list[int]], texts: list[s
 
 def evaluate_rows(model, tokenizer, rows: list[dict], correctness, fmt, settings: EvalSettings,
                   eos_ids: list[int], chat_template=None, trainer_state=None) -> list[dict]:
-    """Per-row records: greedy correctness/format/length and the k sampled correctness values."""
+    """Per-row records: greedy correctness/format/length/text and the k sampled correctness values."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     greedy_cfg = generation_config(settings, False, pad_id, eos_ids)
     sample_cfg = generation_config(settings, True, pad_id, eos_ids)
@@ -176,10 +179,10 @@ def evaluate_rows(model, tokenizer, rows: list[dict], correctness, fmt, settings
         s_text = tokenizer.batch_decode(sampled, skip_special_tokens=True)
         g_correct = score(correctness, batch, greedy, g_text, 1, trainer_state)
         g_format = score(fmt, batch, greedy, g_text, 1, trainer_state)
-        s_correct = score(correctness, batch, sampled, s_text, settings.k, trainer_state)
+        s_correct = score(correctness, batch, sampled, s_text, settings.k, trainer_state) if settings.k else []
         for i in range(len(batch)):
             records.append({"greedy": g_correct[i], "format": g_format[i], "length": len(greedy[i]),
-                            "samples": s_correct[i * settings.k : (i + 1) * settings.k]})
+                            "samples": s_correct[i * settings.k : (i + 1) * settings.k], "completion": g_text[i]})
     return records
 
 
@@ -196,7 +199,7 @@ def summarise(records: list[dict], settings: EvalSettings, has_format: bool, sec
         counts.append((len(scored), sum(s >= t for s in scored)))
     return EvalResult(
         pass_at_1=_mean([float(g >= t) for g in greedy]),
-        pass_at_k=_mean([pass_at_k(n, c, k) for n, c in counts if n >= k]),
+        pass_at_k=_mean([pass_at_k(n, c, k) for n, c in counts if n >= k]) if k else None,
         pass_at_1_sampled=_mean([c / n for n, c in counts if n]),
         format_rate=_mean([r["format"] for r in records if r["format"] is not None]) if has_format else None,
         mean_length=_mean([r["length"] for r in records]) or 0.0,
@@ -279,9 +282,6 @@ class HeldOutEvalCallback(TrainerCallback):
                 self._write_summary()
 
     def _evaluate(self, state, when: str) -> None:
-        from accelerate.utils import gather_object
-        from trl.models import unwrap_model_for_generation
-
         tr = self.trainer
         acc = tr.accelerator
         mine = self.rows[acc.process_index :: acc.num_processes]  # each process evaluates its share
@@ -320,72 +320,3 @@ def format_before_after(start: dict, end: dict) -> str:
         fa, fb = ("n/a" if v is None else f"{v:.3f}" for v in (a, b))
         lines.append(f"  {label:<18} {fa:>8} -> {fb:>8}  ({delta})")
     return "\n".join(lines)
-
-
-# ---- CLI: grpo-recipes eval ---------------------------------------------------------------------------------------
-
-def default_config_path(recipe: str) -> Path:
-    return Path(__file__).resolve().parent.parent / "recipes" / "configs" / f"{recipe}_cpu.yaml"
-
-
-def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "eval", help="Evaluate a model on a recipe's held-out split (pass@1, pass@k, format rate, length).",
-        description="Evaluate a checkpoint with the recipe's own verifier on the recipe's held-out split. Recipe "
-                    "config fields can follow `--`, e.g. `-- --eval_size 20 --max_completion_length 64`.",
-    )
-    p.add_argument("--recipe", required=True,
-                   help="recipe name: math, json, code (its config: recipes/configs/<name>_cpu.yaml)")
-    p.add_argument("--config", help="recipe YAML to read instead of the recipe's default config")
-    p.add_argument("--model", required=True, help="model folder or Hub id (e.g. outputs/math_grpo)")
-    p.add_argument("--limit", type=int, help="evaluate at most N held-out rows")
-    p.add_argument("--k", type=int, help="samples per prompt for pass@k (default: the config's eval_k)")
-    p.add_argument("--output", help="also write the result as JSON to this file")
-    p.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe config flags, after --")
-    p.set_defaults(func=run_cli)
-
-
-def run_cli(args) -> int:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from .config import ConfigError
-    from .models import ModelNotFound, resolve_model
-    from .runner import prepare
-
-    config = Path(args.config) if args.config else default_config_path(args.recipe)
-    if not config.is_file():
-        print(f"error: --recipe {args.recipe}: no config {config}; pass --config YAML", file=sys.stderr)
-        return 2
-    overrides = [a for a in args.overrides if a != "--"]
-    for flag, value in (("--k", args.k), ("--limit", args.limit)):
-        if value is not None and value < 1:
-            print(f"error: {flag}: must be >= 1, got {value}", file=sys.stderr)
-            return 2
-    try:
-        recipe, grpo, model_args, _train, held_out, funcs = prepare(
-            args.recipe, ["--config", str(config), *overrides, "--model_name_or_path", args.model]
-        )
-        model_path, source = resolve_model(args.model, recipe.model_cache_dir)
-    except (ConfigError, ModelNotFound) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if held_out is None or not len(held_out):
-        print("error: the recipe has no held-out rows (eval_size is 0)", file=sys.stderr)
-        return 2
-    rows = held_out.to_list()[: args.limit] if args.limit else held_out.to_list()
-    correctness, fmt = reward_roles(recipe, funcs)
-    settings = EvalSettings.from_configs(recipe, grpo, k=args.k)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    kwargs = {"dtype": model_args.dtype} if model_args.dtype else {}
-    model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    records, seconds = evaluate(model, tokenizer, rows, correctness, fmt, settings, eos_token_ids(model, tokenizer))
-    result = summarise(records, settings, fmt is not None, seconds)
-    report = {"recipe": args.recipe, "model": args.model, "model_path": model_path, "source": source,
-              "correctness_reward": correctness.__name__, "format_reward": fmt.__name__ if fmt else None,
-              **asdict(result)}
-    print(json.dumps(report, indent=2))
-    if args.output:
-        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
-    return 0

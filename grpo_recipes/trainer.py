@@ -1,4 +1,4 @@
-"""RecipeTrainer: TRL's GRPOTrainer plus per-generation-batch diagnostics, and the recipe's callbacks.
+"""RecipeTrainer: TRL's GRPOTrainer plus per-generation-batch diagnostics (diagnostics.py).
 
 How the numbers are captured, without an extra forward pass:
 - `_calculate_rewards` is TRL's own reward step; its result is already gathered over all processes. The override
@@ -15,7 +15,7 @@ recorded once, when it is generated, exactly like TRL's reward metrics, and appe
 from __future__ import annotations
 
 import torch
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer
 from trl import GRPOTrainer
 
 from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index
@@ -70,39 +70,3 @@ def diagnostics_spec(recipe, grpo, funcs) -> DiagnosticsSpec | None:
         k=recipe.eval_k,
         normalised=grpo.scale_rewards != "none",
     )
-
-
-class TrackioGroup(TrainerCallback):
-    """Puts the run in a Trackio group. transformers' TrackioCallback calls trackio.init without one; Trackio keeps
-    the group in the run's config, which it sends with the run's first log, so this must run after that callback's
-    on_train_begin (which creates the run) and before anything logs (the held-out evaluation at train start)."""
-
-    def __init__(self, group: str):
-        self.group = group
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        import trackio
-
-        run = trackio.context_vars.current_run.get()
-        if run is None:
-            raise RuntimeError("trackio_group: no Trackio run was started; is trackio in report_to?")
-        run.group = self.group
-        run.config["_Group"] = self.group  # the key Trackio's own init(group=...) writes
-
-
-def attach_callbacks(trainer: RecipeTrainer, recipe, held_out, funcs) -> None:
-    """The Trackio group, the held-out evaluation and the alerts, as configured (in that order: see TrackioGroup)."""
-    from .alerts import AlertCallback, AlertConfig, default_detectors
-    from .evaluate import HeldOutEvalCallback
-
-    if recipe.trackio_group:
-        trainer.add_callback(TrackioGroup(recipe.trackio_group))
-    if recipe.eval_heldout and held_out is not None and len(held_out):
-        trainer.add_callback(HeldOutEvalCallback.from_recipe(trainer, recipe, held_out, funcs))
-    if recipe.alerts:
-        names = [f.__name__ for f in funcs]
-        correctness = names[correctness_index(names, recipe.correctness_reward)]
-        detectors = default_detectors(AlertConfig.from_recipe(recipe), names, correctness, recipe.format_reward)
-        trainer.add_callback(AlertCallback(detectors))

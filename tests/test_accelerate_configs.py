@@ -181,14 +181,14 @@ acc.end_training()
 def test_cpu_ddp_runs_two_gloo_processes_through_grpo_recipes_launch(tmp_path, capfd, monkeypatch):
     # The real thing on this machine: the launcher's plan for cpu_ddp.yaml, run by its executor, starts two
     # Accelerate workers that form one gloo group (1 + 2 = 3 after all_reduce).
-    from grpo_recipes.launch import execute, plan_layout
+    from grpo_recipes.launch import Layout, execute, plan
 
     monkeypatch.chdir(ROOT)
     monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)  # the plan must set it itself
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    plan = plan_layout(str(probe), accelerate_config="accelerate_configs/cpu_ddp.yaml", vllm_mode="off")
-    assert execute(plan, poll_s=0.1, grace_s=10) == 0
+    launch_plan = plan(Layout(str(probe), accelerate_config="accelerate_configs/cpu_ddp.yaml", vllm_mode="off"))
+    assert execute(launch_plan, poll_s=0.1, grace_s=10) == 0
     # Both workers share one stdout, so their lines can interleave: match the records, not the lines.
     lines = sorted(re.findall(r"RANK=\d+ WORLD=\d+ TYPE=\w+ BACKEND=\w+ SUM=\d+", capfd.readouterr().out))
     assert lines == [

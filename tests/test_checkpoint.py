@@ -13,18 +13,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_recipes import checkpoint, registry
+from grpo_recipes import checkpoint, checks, registry, tracking
 from grpo_recipes.checkpoint import (
     SENTINEL,
     CheckpointCallback,
-    SignalStop,
     latest_complete,
     mark_complete,
-    prune_metrics,
     rotate,
     verify,
 )
-from grpo_recipes.registry import CompiledReward, RewardFailureRateExceeded, RewardSpec
+from grpo_recipes.errors import RewardFailureRateExceeded
+from grpo_recipes.registry import CompiledReward, RewardSpec
+from grpo_recipes.signals import SignalStop
+from grpo_recipes.tracking import prune_metrics
 
 
 def fake_checkpoint(out: Path, step: int, complete: bool = True) -> Path:
@@ -178,13 +179,13 @@ def test_prune_removes_exactly_the_steps_after_the_checkpoint(tmp_path):
     db = _trackio_db(tmp_path / "p.db", rows)
     removed = prune_metrics(db, "r", after_step=3)
     assert removed == 2 * 3 + 1  # steps 4 and 5 (profiling, train, table each) + the unattributed late row
-    assert checkpoint.logged_steps(db, "r") == [1, 2, 3]
-    assert checkpoint.logged_steps(db, "other") == [1, 2, 3, 4, 5]  # another run is untouched
+    assert tracking.logged_steps(db, "r") == [1, 2, 3]
+    assert tracking.logged_steps(db, "other") == [1, 2, 3, 4, 5]  # another run is untouched
     with sqlite3.connect(db) as con:
         tables = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics WHERE run_name='r'")]
     assert sorted(t["completions"]["_value"][0]["step"] for t in tables if "completions" in t) == [1, 2, 3]
     assert prune_metrics(db, "r", after_step=3) == 0
-    assert prune_metrics(db, "r", after_step=0) == 9 and checkpoint.logged_steps(db, "r") == []
+    assert prune_metrics(db, "r", after_step=0) == 9 and tracking.logged_steps(db, "r") == []
 
 
 def test_prune_drops_later_alerts_and_a_fresh_start_drops_step_zero(tmp_path):
@@ -202,22 +203,22 @@ def test_prune_drops_later_alerts_and_a_fresh_start_drops_step_zero(tmp_path):
             return sorted(con.execute("SELECT run_name, title FROM alerts").fetchall())
 
     prune_metrics(db, "r", after_step=2)  # resume from checkpoint-2: its last kept row is at Trackio step 4
-    assert checkpoint.logged_steps(db, "r") == [1, 2]
+    assert tracking.logged_steps(db, "r") == [1, 2]
     assert alerts() == [("other", "x"), ("r", "early")]
     prune_metrics(db, "r", after_step=-1)  # a fresh start: the step-0 evaluation and every alert of the run go too
-    assert checkpoint._rows(db, "r") == [] and alerts() == [("other", "x")]
-    assert checkpoint.logged_steps(db, "other") == [1, 2]
+    assert tracking._rows(db, "r") == [] and alerts() == [("other", "x")]
+    assert tracking.logged_steps(db, "other") == [1, 2]
 
 
 def test_a_fresh_start_into_an_existing_trackio_run_is_refused(tmp_path, monkeypatch):
     db = _trackio_db(tmp_path / "p.db", _logged_run("r", 2))
-    monkeypatch.setattr(checkpoint, "trackio_db", lambda project: db)
+    monkeypatch.setattr(tracking, "project_db", lambda project: db)
     grpo = SimpleNamespace(report_to=["trackio"], project="p", run_name="r")
-    [problem] = checkpoint.metric_history_problems(checkpoint.RunPlan(tmp_path), grpo)
+    [problem] = checks.metric_history_problems(checkpoint.RunPlan(tmp_path), grpo)
     assert "already has a run 'r' with metrics up to step 2" in problem and "--resume" in problem
-    assert checkpoint.metric_history_problems(checkpoint.RunPlan(tmp_path, replace_metrics=True), grpo) == []
+    assert checks.metric_history_problems(checkpoint.RunPlan(tmp_path, replace_metrics=True), grpo) == []
     grpo.run_name = "new"
-    assert checkpoint.metric_history_problems(checkpoint.RunPlan(tmp_path), grpo) == []
+    assert checks.metric_history_problems(checkpoint.RunPlan(tmp_path), grpo) == []
 
 
 # -------------------------------------------------------------------------------------------------- signals
@@ -380,9 +381,23 @@ def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_en
 
     before = signal.getsignal(signal.SIGTERM)
     made = []
-    monkeypatch.setattr(runner, "build_trainer", lambda recipe, grpo, *rest: made.append(Trainer(grpo)) or made[-1])
+    monkeypatch.setattr(runner, "build_trainer", lambda run: made.append(Trainer(run.training)) or made[-1])
     argv = ["--output_dir", str(run_env / "out"), "--train_size", "40", "--eval_size", "8", "--save_total_limit", "3"]
     rc = runner.main("math", REPO / "recipes/configs/math_cpu.yaml", argv)
     assert rc == 3 and made[0].ended  # trackers finished before the exit
     assert "error: reward 'x' raised on 9 of the last 10 completions" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) == before  # handlers restored
+
+
+def test_trackio_dir_refuses_a_folder_trackio_no_longer_reads(tmp_path, monkeypatch):
+    """Trackio fixes its folder when first imported; setting another one after that would be silently ignored."""
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "first"))  # in case this is the first import in the session
+    import trackio.utils
+
+    from grpo_recipes.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trackio_dir: Trackio was imported before the config was read"):
+        tracking.use_dir(tmp_path / "elsewhere")
+    monkeypatch.setenv("TRACKIO_DIR", "unchanged")
+    tracking.use_dir(trackio.utils.TRACKIO_DIR)  # the folder it already uses: fine
+    assert os.environ["TRACKIO_DIR"] == str(Path(trackio.utils.TRACKIO_DIR).resolve())

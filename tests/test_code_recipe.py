@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from conftest import REPO, tiny_run_args
-from grpo_recipes.config import parse_recipe_args
+from grpo_recipes.parsing import parse_recipe_args
 from grpo_recipes.data import load_splits, question_key
 from test_recipe_e2e import trackio_metrics
 

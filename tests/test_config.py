@@ -3,7 +3,9 @@
 import pytest
 
 from conftest import REPO
-from grpo_recipes.config import ConfigError, default_run_name, parse_recipe_args
+from grpo_recipes.errors import ConfigError
+from grpo_recipes.parsing import parse_recipe_args
+from grpo_recipes.runner import default_run_name
 
 DEFAULT = REPO / "recipes/configs/math_cpu.yaml"
 
@@ -52,3 +54,45 @@ def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
     assert recipe.dataset_path == str(tmp_path / "sub" / "data" / "rows.jsonl")
     recipe, *_ = parse_recipe_args(["--config", str(cfg), "--dataset_path", "cli.jsonl"])
     assert recipe.dataset_path == "cli.jsonl"  # a CLI path is the user's, relative to where they stand
+
+
+def test_reward_dirs_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
+    from grpo_recipes import registry
+
+    folder = tmp_path / "sub" / "my_rewards"
+    folder.mkdir(parents=True)
+    (folder / "config_relative.py").write_text(
+        "from grpo_recipes.registry import reward\n\n"
+        "@reward('config_relative_reward')\n"
+        "def config_relative_reward(completions):\n"
+        "    return [1.0 for _ in completions]\n"
+    )
+    cfg = tmp_path / "sub" / "c.yaml"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # not where the config is: a cwd-relative reading would find nothing
+    for value in ("my_rewards", "[my_rewards]"):  # one folder, or a list of them
+        cfg.write_text(f"reward_dirs: {value}\n")
+        recipe, *_ = parse_recipe_args(["--config", str(cfg)])
+        assert recipe.reward_dirs == [str(folder)]
+    assert "config_relative_reward" in registry.available(recipe.reward_dirs)
+    recipe, *_ = parse_recipe_args(["--config", str(cfg), "--reward_dirs", "cli_rewards"])
+    assert recipe.reward_dirs == ["cli_rewards"]  # a CLI path is the user's, relative to where they stand
+
+
+def test_config_is_named_the_same_ways_the_launcher_accepts(tmp_path):
+    from grpo_recipes.parsing import split_config_arg
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("learning_rate: 2.0e-6\n")
+    for argv in (["--config", str(cfg)], [f"--config={cfg}"]):
+        recipe, grpo, _, path = parse_recipe_args([*argv, "--seed", "3"], DEFAULT)
+        assert path == cfg and grpo.learning_rate == 2e-6 and grpo.seed == 3
+    assert split_config_arg(["--x", "1", f"--config={cfg}"]) == (cfg, ["--x", "1"])
+    assert split_config_arg(["--x", "1"], DEFAULT) == (DEFAULT, ["--x", "1"])
+    with pytest.raises(ConfigError, match="--config: given 2 times"):
+        parse_recipe_args(["--config", str(cfg), f"--config={cfg}"])
+    with pytest.raises(ConfigError, match="--config: missing the path"):
+        parse_recipe_args(["--config"])
+    with pytest.raises(ConfigError, match="--config: no such file"):
+        parse_recipe_args(["--config", str(tmp_path / "missing.yaml")])

@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 
+from grpo_recipes.checks import reward_setting_problems
 from grpo_recipes.config import RecipeArguments
 from grpo_recipes.diagnostics import (
     DiagnosticsSpec,
     advantage_stats,
     batch_diagnostics,
-    config_problems,
     group_pass_at,
     none_rates,
     pass_at_k,
@@ -138,12 +138,12 @@ def test_batch_diagnostics_of_a_trl_batch():
 
 def test_config_problems_name_the_field():
     ok = RecipeArguments(rewards=[{"name": "math_correctness"}, {"name": "boxed_format"}], format_reward="boxed_format")
-    assert config_problems(ok) == []
+    assert reward_setting_problems(ok) == []
     bad = RecipeArguments(rewards=[{"name": "math_correctness"}], correctness_reward="nope", eval_k=0,
                           eval_every_steps=-1)
-    text = "\n".join(config_problems(bad))
+    text = "\n".join(reward_setting_problems(bad))
     for field in ("correctness_reward: 'nope' is not one of the configured rewards (math_correctness)", "eval_k",
                   "eval_every_steps"):
         assert field in text
     same = RecipeArguments(rewards=[{"name": "math_correctness"}], format_reward="math_correctness")
-    assert config_problems(same) == ["format_reward: must differ from the correctness reward"]
+    assert reward_setting_problems(same) == ["format_reward: must differ from the correctness reward"]

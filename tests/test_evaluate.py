@@ -136,8 +136,9 @@ def test_callback_evaluates_held_out_rows_only():
     from grpo_recipes.data import question_key
     from grpo_recipes.runner import prepare
 
-    recipe, grpo, _, train, held_out, funcs = prepare("math", ["--config", str(MATH_CONFIG), "--eval_size", "12",
-                                                                "--train_size", "60", "--output_dir", "unused"])
+    run = prepare("math", ["--config", str(MATH_CONFIG), "--eval_size", "12", "--train_size", "60", "--output_dir",
+                           "unused"])
+    recipe, grpo, train, held_out, funcs = run.recipe, run.training, run.train, run.held_out, run.funcs
     trainer = SimpleNamespace(args=grpo)
     cb = HeldOutEvalCallback.from_recipe(trainer, recipe, held_out, funcs)
     assert len(cb.rows) == 12

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from jsonschema.validators import validator_for
 
-from grpo_recipes.json_data import DOMAINS, build_splits, main
+from grpo_recipes.tasks.json_tasks import DOMAINS, build_splits, main
 
 DATA = Path(__file__).resolve().parent.parent / "recipes" / "data"
 
@@ -23,7 +23,7 @@ TRAIN, EVAL = read("json_train.jsonl"), read("json_eval.jsonl")
 def test_committed_files_are_what_the_generator_builds(tmp_path):
     assert main(["--out", str(tmp_path)]) == 0
     for name in ("json_train.jsonl", "json_eval.jsonl"):
-        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), f"rebuild {name}: see json_data.py"
+        assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), f"rebuild {name}: see tasks/json_tasks.py"
 
 
 def test_sizes_and_columns():

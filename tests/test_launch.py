@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes import cli, launch, vllm_check
-from grpo_recipes.launch import LaunchError, LaunchFailure, LaunchPlan, Proc, execute, plan_layout, wait_ready
-from grpo_recipes.vllm_check import check_vllm
+from grpo_recipes import cli, launch, vllm_support
+from grpo_recipes.cli import launch as launch_cli
+from grpo_recipes.errors import LaunchError, LaunchFailure
+from grpo_recipes.launch import Layout, LaunchPlan, Proc, execute, plan, wait_ready
+from grpo_recipes.vllm_support import check_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/math_grpo.py"
@@ -32,6 +34,10 @@ GPU_CFG = "recipes/configs/math_gsm8k_gpu.yaml"
 SERVER_CFG = "recipes/configs/math_gsm8k_gpu_server.yaml"
 MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 EIGHT = [str(i) for i in range(8)]
+
+
+def plan_layout(recipe, **layout):
+    return plan(Layout(recipe, **layout))
 
 
 @pytest.fixture(autouse=True)
@@ -203,7 +209,7 @@ def test_server_command_parses_with_trl_vllm_serve():
 def test_trainer_command_parses_with_accelerate_and_the_recipe():
     from accelerate.commands.launch import launch_command_parser
 
-    from grpo_recipes.config import parse_recipe_args
+    from grpo_recipes.parsing import parse_recipe_args
 
     argv = _server_and_trainer().trainer.argv
     assert argv[:2] == ["accelerate", "launch"]
@@ -220,8 +226,8 @@ def test_trainer_command_parses_with_accelerate_and_the_recipe():
 @pytest.mark.parametrize("config, processes", [(GPU_CFG, [1, 2, 7, 8]), (SERVER_CFG, [7, 14, 16])])
 def test_gpu_recipe_configs_load_and_hold_whole_groups(config, processes):
     from grpo_recipes import registry
-    from grpo_recipes.config import parse_recipe_args
     from grpo_recipes.data import check_data_args
+    from grpo_recipes.parsing import parse_recipe_args
 
     recipe, grpo, model_args, _ = parse_recipe_args(["--config", config, "--bf16", "false", "--use_cpu", "true"])
     # The data and reward checks only: the runner's full validation also probes vLLM and the GPU, not present here.
@@ -242,6 +248,35 @@ def test_cli_follows_the_recipe_config_vllm_mode(config, mode, capsys, monkeypat
     out = capsys.readouterr().out
     assert f"--vllm_mode {mode}" in out
     assert ("trl vllm-serve" in out) == (mode == "server")
+
+
+def test_launcher_and_recipe_read_config_equals_the_same_way(capsys, monkeypatch):
+    """`--config=X` names the recipe config for the launcher (which follows its vllm_mode and model) and for the
+    recipe the launched trainer runs: both use parsing.split_config_arg."""
+    from accelerate.commands.launch import launch_command_parser
+
+    from grpo_recipes.parsing import parse_recipe_args
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cli.main(["launch", "--accelerate-config", "accelerate_configs/zero3.yaml", "--gpus", "8", "--dry-run",
+                     RECIPE, f"--config={SERVER_CFG}"]) == 0
+    out = capsys.readouterr().out
+    assert "--vllm_mode server" in out and f"trl vllm-serve --model {MODEL}" in out
+    argv = plan_layout(RECIPE, accelerate_config="accelerate_configs/zero3.yaml", gpu_ids=EIGHT,
+                       recipe_args=[f"--config={SERVER_CFG}"]).trainer.argv
+    args = launch_command_parser().parse_args(argv[2:])
+    _, grpo, model_args, path = parse_recipe_args([*args.training_script_args, "--bf16", "false", "--use_cpu", "true"])
+    assert str(path) == SERVER_CFG and model_args.model_name_or_path == MODEL and grpo.vllm_mode == "server"
+
+
+def test_options_refused_after_the_recipe_path_are_the_launchers_own(capsys):
+    from grpo_recipes.launch.layout import LAUNCHER_FLAGS
+
+    with pytest.raises(SystemExit):
+        cli.main(["launch", "--help"])
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    shown = set(re.findall(r"(--[a-z][a-z-]+)", usage)) - {"--help"}
+    assert shown == set(LAUNCHER_FLAGS)
 
 
 def test_cli_reports_a_bad_layout_and_exits_2(capsys):
@@ -424,11 +459,11 @@ def test_missing_program_is_a_clear_failure(tmp_path, capsys):
 
 
 def test_check_vllm_is_silent_when_vllm_is_off():
-    assert check_vllm(False, "bogus", "127.0.0.1", 1, 0) == []
+    assert check_vllm(False, "bogus", "127.0.0.1", 1, 0, cuda_available=False) == []
 
 
 def test_check_vllm_not_installed(monkeypatch):
-    monkeypatch.setattr(vllm_check, "vllm_installed", lambda: False)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: False)
     problems = check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=True)
     assert len(problems) == 1
     assert "pip install 'grpo-recipes[vllm]'" in problems[0] and "use_vllm: false" in problems[0]
@@ -436,7 +471,7 @@ def test_check_vllm_not_installed(monkeypatch):
 
 
 def test_check_vllm_does_not_wait_for_a_server_when_already_failing(monkeypatch):
-    monkeypatch.setattr(vllm_check, "vllm_installed", lambda: False)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: False)
     start = time.monotonic()
     problems = check_vllm(True, "server", "127.0.0.1", free_port(), 60, cuda_available=True)
     assert time.monotonic() - start < 5  # not the 60 s wait
@@ -444,20 +479,20 @@ def test_check_vllm_does_not_wait_for_a_server_when_already_failing(monkeypatch)
 
 
 def test_check_vllm_all_good_in_colocate(monkeypatch):
-    monkeypatch.setattr(vllm_check, "vllm_installed", lambda: True)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
     assert check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=True) == []
 
 
 def test_check_vllm_does_not_import_vllm():
     # find_spec only: importing vllm would initialise CUDA at config-check time
-    code = ("import sys; from grpo_recipes.vllm_check import check_vllm; "
+    code = ("import sys; from grpo_recipes.vllm_support import check_vllm; "
             "check_vllm(True, 'colocate', 'h', 1, 0, cuda_available=True); print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "False"
 
 
 def test_check_vllm_unreachable_server(monkeypatch):
-    monkeypatch.setattr(vllm_check, "vllm_installed", lambda: True)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
     port = free_port()
     problems = check_vllm(True, "server", "127.0.0.1", port, 0.2, model="Qwen/X", cuda_available=True)
     assert len(problems) == 1
@@ -467,7 +502,7 @@ def test_check_vllm_unreachable_server(monkeypatch):
 
 
 def test_check_vllm_reachable_server_and_base_url(monkeypatch):
-    monkeypatch.setattr(vllm_check, "vllm_installed", lambda: True)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
     with health_server(lambda path, n: 200 if path == "/health" else 404) as (port, _):
         assert check_vllm(True, "server", "127.0.0.1", port, 1, cuda_available=True) == []
         assert check_vllm(True, "server", "0.0.0.0", port, 1, cuda_available=True) == []  # TRL's default host
@@ -477,7 +512,7 @@ def test_check_vllm_reachable_server_and_base_url(monkeypatch):
 
 
 def test_check_vllm_bad_mode_and_no_gpu(monkeypatch):
-    monkeypatch.setattr(vllm_check, "vllm_installed", lambda: True)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
     problems = check_vllm(True, "remote", "127.0.0.1", 8000, 0, cuda_available=False)
     assert any("vllm_mode: 'remote'" in p for p in problems)
     assert any("no CUDA GPU" in p for p in problems)
@@ -498,11 +533,11 @@ def test_docs_quote_exactly_what_the_launcher_prints(name, at_least):
     blocks = _doc_blocks(name)
     assert len(blocks) >= at_least
     parser = argparse.ArgumentParser(prog="grpo-recipes")
-    launch.register(parser.add_subparsers(dest="command"))
+    launch_cli.register(parser.add_subparsers(dest="command"))
     for flags, expected in blocks:
         args = parser.parse_args(["launch", *shlex.split(flags)])
         assert args.dry_run, f"docs block for `{flags}` should show the --dry-run invocation"
-        assert launch.plan_from_args(args, env={}).script() == expected, flags
+        assert launch_cli.plan_from_args(args, env={}).script() == expected, flags
 
 
 # ----------------------------------------------------------------------------------------- the Slurm example

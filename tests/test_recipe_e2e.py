@@ -19,15 +19,19 @@ def trackio_metrics(trackio_dir, project):
 
 def test_math_recipe_trains_logs_and_saves(tiny_model_dir, run_env):
     out = run_env / "out"
+    # TRACKIO_DIR (run_env) says run_env/trackio; the recipe's trackio_dir must win, though trl's GRPOTrainer
+    # imports Trackio, which reads its folder once, at import (runner.Stage.make_trainer).
+    tracks = run_env / "from_config"
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, out),
-           "--trackio_group", "smoke-runs"]
+           "--trackio_group", "smoke-runs", "--trackio_dir", str(tracks)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (out / "model.safetensors").is_file()
-    with sqlite3.connect(run_env / "trackio" / "grpo-recipes-math.db") as con:
+    assert not (run_env / "trackio" / "grpo-recipes-math.db").exists()
+    with sqlite3.connect(tracks / "grpo-recipes-math.db") as con:
         (config,) = con.execute("SELECT config FROM configs").fetchone()
     assert json.loads(config)["_Group"] == "smoke-runs"  # the dashboard groups runs by it
-    rows = trackio_metrics(run_env / "trackio", "grpo-recipes-math")
+    rows = trackio_metrics(tracks, "grpo-recipes-math")
     text = " ".join(m for _, m in rows)
     for key in ("train/rewards/math_correctness/mean", "train/loss", "train/entropy", "train/completions/mean_length"):
         assert key in text, key

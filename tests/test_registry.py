@@ -172,10 +172,10 @@ def test_default_recipes_resolve_their_format_and_correctness_rewards(run_env, m
     for name, correctness, fmt in (("math", "math_correctness", "boxed_format"),
                                    ("json", "json_field_accuracy", "json_schema")):
         config = REPO / "recipes" / "configs" / f"{name}_cpu.yaml"
-        recipe, *_ = prepare(name, ["--config", str(config), "--train_size", "20", "--eval_size", "4",
-                                    "--report_to", "none"])
+        recipe = prepare(name, ["--config", str(config), "--train_size", "20", "--eval_size", "4",
+                                "--report_to", "none"]).recipe
         assert (recipe.correctness_reward or recipe.reward_specs[0].metric_name, recipe.format_reward) == (correctness, fmt)
     # An explicit setting wins, and a rewards list without a format reward leaves it unset.
-    recipe, *_ = prepare("math", ["--config", str(REPO / "recipes/configs/math_cpu.yaml"), "--report_to", "none",
-                                  "--rewards", '[{"name": "math_correctness"}]', "--train_size", "20", "--eval_size", "4"])
+    recipe = prepare("math", ["--config", str(REPO / "recipes/configs/math_cpu.yaml"), "--report_to", "none",
+                              "--rewards", '[{"name": "math_correctness"}]', "--train_size", "20", "--eval_size", "4"]).recipe
     assert recipe.format_reward is None

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from grpo_recipes.json_data import build_rows
+from grpo_recipes.tasks.json_tasks import build_rows
 from grpo_recipes.registry import available
 
 REWARDS = available()

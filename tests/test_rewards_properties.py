@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_recipes.json_data import build_rows
+from grpo_recipes.tasks.json_tasks import build_rows
 from grpo_recipes.registry import CONTEXT_NAMES, available
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")  # sympy deprecations from odd LaTeX, not ours

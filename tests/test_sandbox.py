@@ -7,7 +7,7 @@ import time
 import pytest
 
 from grpo_recipes import sandbox
-from grpo_recipes.code_data import load_humaneval
+from grpo_recipes.tasks.humaneval import load_humaneval
 from grpo_recipes.sandbox import OUTPUT_CAP, Job, run_io_tests, run_many, run_tests
 
 SQUARE = "def f(x):\n    return x * x\n"

@@ -9,9 +9,11 @@ import pytest
 from conftest import REPO, tiny_run_args
 
 from grpo_recipes import registry
-from grpo_recipes.config import parse_recipe_args
+from grpo_recipes.checkpoint import checkpoint_dirs, verify
+from grpo_recipes.config import WarmupConfig
+from grpo_recipes.parsing import parse_recipe_args
 from grpo_recipes.data import load_splits, question_key
-from grpo_recipes.sft import WarmupConfig, build_examples, main
+from grpo_recipes.sft import build_examples, main
 
 SFT_CONFIG = REPO / "recipes" / "configs" / "sft_math_cpu.yaml"
 GRPO_CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
@@ -105,6 +107,9 @@ def test_sft_output_is_a_model_the_math_recipe_trains_from(tiny_model_dir, run_e
     for when in ("before", "after"):
         assert report[when]["n"] == 8
         assert 0.0 <= report[when]["format_rate"] <= 1.0
+        # scored with the config's rewards, as GRPO scores its held-out split
+        assert (report[when]["correctness_reward"], report[when]["format_reward"]) == ("math_correctness",
+                                                                                      "boxed_format")
     assert "held-out after SFT:" in proc.stdout
     from test_recipe_e2e import trackio_metrics
 
@@ -125,6 +130,23 @@ def test_lora_warm_up_is_saved_merged(tiny_model_dir, run_env):
     assert main("sft_math", SFT_CONFIG, argv) == 0
     assert not (out / "adapter_config.json").exists()  # an adapter folder would not load as a GRPO model
     assert resolve_model(str(out)) == (str(out), "local")
+
+
+def test_warm_up_checkpoints_refuses_a_second_run_and_resumes_like_grpo(tiny_model_dir, run_env, capsys, caplog):
+    out = run_env / "ckpt"
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--per_device_train_batch_size",
+            "4", "--train_size", "8", "--eval_size", "2", "--format_eval", "false", "--report_to", "none",
+            "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "1"]
+    assert main("sft_math", SFT_CONFIG, [*argv, "--max_steps", "2"]) == 0
+    # marked complete, and the older one deleted only after that (checkpoint.CheckpointCallback)
+    assert [p.name for _, p in checkpoint_dirs(out)] == ["checkpoint-2"] and verify(out / "checkpoint-2") is None
+    assert main("sft_math", SFT_CONFIG, [*argv, "--max_steps", "3"]) == 2
+    assert "already holds checkpoints of an earlier run (checkpoint-2)" in capsys.readouterr().err
+    with caplog.at_level("INFO", logger="grpo_recipes"):
+        assert main("sft_math", SFT_CONFIG, [*argv, "--max_steps", "3", "--resume", "true"]) == 0
+    assert f"resuming from {out / 'checkpoint-2'} (step 2)" in caplog.text
+    assert [p.name for _, p in checkpoint_dirs(out)] == ["checkpoint-3"] and verify(out / "checkpoint-3") is None
+    assert json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["global_step"] == 3
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest import REPO, tiny_run_args
-from grpo_recipes import checkpoint, models, runner
-from grpo_recipes.config import ConfigError
+from grpo_recipes import checkpoint, models, runner, vllm_support
+from grpo_recipes.errors import ConfigError
 
 DEFAULT = REPO / "recipes/configs/math_cpu.yaml"
 RECIPE = REPO / "recipes/math_grpo.py"
@@ -35,9 +35,7 @@ def no_model(monkeypatch, run_env):
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", tripwire)
     # The vLLM case must not depend on whether this machine happens to have vLLM installed.
-    from grpo_recipes import vllm_check
-
-    monkeypatch.setattr(vllm_check, "vllm_installed", lambda: False)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: False)
     return run_env
 
 
@@ -154,16 +152,16 @@ def test_every_problem_is_reported_at_once(no_model, capsys):
 def test_unusual_but_legal_values_warn_and_go_on(no_model, caplog):
     argv = ["--learning_rate", "1e-3", "--beta", "0.9", "--epsilon", "0.6", "--epsilon_high", "0.3"]
     with caplog.at_level("WARNING", logger="grpo_recipes"):
-        recipe, grpo, *_ = runner.prepare("math", base_argv(no_model / "out") + argv, DEFAULT)
+        run = runner.prepare("math", base_argv(no_model / "out") + argv, DEFAULT)
     text = caplog.text
-    assert grpo.learning_rate == 1e-3
+    assert run.training.learning_rate == 1e-3
     for expected in ("learning_rate: 0.001 is above 0.0001", "beta: 0.9 is above 0.5", "epsilon: 0.6 is above 0.5",
                      "epsilon_high: 0.3 is below epsilon 0.6"):
         assert expected in text, text
 
 
 def test_world_size_enters_the_batch_check(no_model, monkeypatch):
-    from grpo_recipes.validate import batch_problems
+    from grpo_recipes.batching import batch_problems
 
     values = {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
               "generation_batch_size": None, "steps_per_generation": None}
@@ -176,10 +174,10 @@ def test_world_size_enters_the_batch_check(no_model, monkeypatch):
 
 def test_resume_with_valid_checkpoint_and_overwrite_pass_validation(no_model):
     path = _with_checkpoint(no_model)
-    recipe, grpo, *_ = runner.prepare("math", base_argv(no_model / "out") + ["--resume"], DEFAULT)
-    assert recipe.run_plan.resume_from == path and recipe.run_plan.start_step == 2
-    recipe, *_ = runner.prepare("math", base_argv(no_model / "out") + ["--overwrite_output_dir"], DEFAULT)
-    assert recipe.run_plan.discard == [path]
+    plan = runner.prepare("math", base_argv(no_model / "out") + ["--resume"], DEFAULT).plan
+    assert plan.resume_from == path and plan.start_step == 2
+    plan = runner.prepare("math", base_argv(no_model / "out") + ["--overwrite_output_dir"], DEFAULT).plan
+    assert plan.discard == [path]
     with pytest.raises(ConfigError, match="already holds checkpoints"):
         runner.prepare("math", base_argv(no_model / "out"), DEFAULT)
 

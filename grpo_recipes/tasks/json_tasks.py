@@ -3,7 +3,7 @@
 Each row has `question` (the instruction, with the schema inline), `text`, `schema` and `gold` (both JSON strings),
 `domain` and `id`. Rows are generated from seeded word lists, so the committed files can be rebuilt exactly:
 
-    python -m grpo_recipes.json_data --out recipes/data     # writes json_train.jsonl and json_eval.jsonl
+    python -m grpo_recipes.tasks.json_tasks --out recipes/data     # writes json_train.jsonl and json_eval.jsonl
 """
 
 from __future__ import annotations

@@ -14,7 +14,10 @@ import os
 import sys
 from pathlib import Path
 
-from . import registry
+from .. import registry
+from ..data import load_splits
+from ..parsing import parse_recipe_args
+from ..reward_check import check_reward, default_rows
 
 
 def register(subparsers) -> None:
@@ -54,9 +57,6 @@ def cmd_list(args) -> int:
 
 def _config_rows(path: Path, n: int):
     """(rows, params-from-config, reward_dirs) from a recipe YAML, through the recipe's own data loader."""
-    from .config import parse_recipe_args
-    from .data import load_splits
-
     recipe, *_ = parse_recipe_args(["--config", str(path)])
     train, _held_out = load_splits(recipe)
     rows = train.select(range(min(n, len(train)))).to_list()
@@ -75,8 +75,6 @@ def _file_rows(path: Path, n: int) -> list[dict]:
 
 
 def cmd_check(args) -> int:
-    from .reward_check import check_reward, default_rows
-
     try:
         params = json.loads(args.params) if args.params else {}
         if not isinstance(params, dict):

@@ -1,0 +1,32 @@
+"""Where the files shipped with grpo-recipes are: the rewards, and the recipe configs with their data files.
+
+In a checkout (and an editable install) they are the repository's rewards/ and recipes/ folders. A wheel carries
+copies inside the package, grpo_recipes/bundled_rewards and grpo_recipes/bundled_recipes (pyproject.toml), because
+the repository is not there after `pip install grpo-recipes`. A leaf: it imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def _shipped(installed: str, checkout: str) -> Path:
+    inside = PACKAGE / installed
+    return inside if inside.is_dir() else PACKAGE.parent / checkout
+
+
+def rewards_dir() -> Path:
+    """The shipped reward files (rewards/*.py)."""
+    return _shipped("bundled_rewards", "rewards")
+
+
+def recipes_dir() -> Path:
+    """The shipped recipes folder: configs/*.yaml, and data/ that the configs name relative to themselves."""
+    return _shipped("bundled_recipes", "recipes")
+
+
+def recipe_config(recipe: str) -> Path:
+    """A recipe's default CPU config, e.g. recipes/configs/math_cpu.yaml for `math`."""
+    return recipes_dir() / "configs" / f"{recipe}_cpu.yaml"

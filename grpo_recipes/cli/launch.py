@@ -1,0 +1,134 @@
+"""`grpo-recipes launch`: start the vLLM server and the trainer on the right GPUs with one command.
+
+    grpo-recipes launch [launcher options] RECIPE.py [recipe args...]
+
+Launcher options come before the recipe path and recipe arguments after it, as with `accelerate launch`. The recipe
+arguments (`--config X.yaml`, `--learning_rate 1e-6`, ...) reach the recipe unchanged; the launcher adds only the
+vLLM flags that must agree with the layout (`--use_vllm`, `--vllm_mode`, `--vllm_server_host/port`).
+
+The work is split in two so the layout logic is testable without GPUs (grpo_recipes/launch/):
+- `plan(Layout(...)) -> LaunchPlan`: no side effects beyond reading the two YAML files; turns a layout (GPUs, vLLM
+  mode, tensor/data parallel sizes, accelerate config, nodes) into the server and trainer command lines and
+  environments, or a LaunchError naming the flag and the fix. `--dry-run` prints it.
+- `execute(plan)`: starts the server in its own process group, waits for GET /health to answer 200 (failing
+  clearly on a timeout or a server that dies), starts the trainer, forwards SIGINT/SIGTERM, and stops the server
+  when the trainer exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+
+import torch
+
+from ..config_files import read_yaml, split_config_arg
+from ..errors import ConfigError, LaunchError
+from ..launch import Layout, LaunchPlan, execute, plan, resolve_gpu_ids
+from ..launch.layout import (
+    DEFAULT_MAIN_PORT,
+    DEFAULT_PORT,
+    DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_STOP_TIMEOUT_S,
+    MODES,
+    OFF,
+    ROLES,
+)
+from ..launch.plan import SERVER_GPU_MEMORY_UTILIZATION
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "launch",
+        help="start a vLLM server and the trainer on the right GPUs (see docs/scaling.md)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--accelerate-config", required=True,
+                   help="accelerate config file, e.g. accelerate_configs/zero3.yaml")
+    p.add_argument("--vllm-mode", choices=MODES, default=None,
+                   help="default: from the recipe config's use_vllm/vllm_mode (off when use_vllm is not true)")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="how many GPUs of this node to use (the first N of CUDA_VISIBLE_DEVICES when it is set); "
+                        "default: all visible")
+    p.add_argument("--vllm-gpus", type=int, default=None,
+                   help="GPUs for the server (server mode); must equal tensor x data parallel size, the default")
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--data-parallel-size", type=int, default=1)
+    p.add_argument("--host", default="127.0.0.1", help="address the trainer uses to reach the server")
+    p.add_argument("--bind-host", default=None,
+                   help="address the server listens on (default: --host for role all, 0.0.0.0 for role server)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help=f"server: fraction of its GPUs for vLLM (default {SERVER_GPU_MEMORY_UTILIZATION}); colocate: "
+                        "passed as --vllm_gpu_memory_utilization (default: the recipe config's)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="server context length (default: the recipe config's vllm_max_model_length)")
+    p.add_argument("--model", default=None, help="model to serve (default: the recipe config's model_name_or_path)")
+    p.add_argument("--role", choices=ROLES, default="all")
+    p.add_argument("--nnodes", type=int, default=1, help="number of trainer nodes (role trainer)")
+    p.add_argument("--node-rank", type=int, default=0, help="this trainer node's rank, 0..nnodes-1")
+    p.add_argument("--main-process-ip", default=None, help="address of trainer node 0 (multi-node)")
+    p.add_argument("--main-process-port", type=int, default=DEFAULT_MAIN_PORT)
+    p.add_argument("--ready-timeout", type=float, default=DEFAULT_READY_TIMEOUT_S,
+                   help="seconds to wait for the server's /health")
+    p.add_argument("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S,
+                   help="seconds a stopped trainer or server gets between SIGTERM and SIGKILL")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    p.add_argument("recipe", help="recipe script, e.g. recipes/math_grpo.py")
+    p.add_argument("recipe_args", nargs=argparse.REMAINDER,
+                   help="the recipe's own arguments, e.g. --config recipes/configs/math_gsm8k_gpu.yaml")
+    p.set_defaults(func=run)
+
+
+def plan_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> LaunchPlan:
+    env = os.environ if env is None else env
+    recipe_args = list(args.recipe_args)
+    try:
+        acc = read_yaml(args.accelerate_config, "--accelerate-config")
+        config_path, _ = split_config_arg(recipe_args)  # `--config X` or `--config=X`, as the recipe reads it
+        rcfg = read_yaml(config_path, "recipe --config") if config_path else {}
+    except ConfigError as exc:
+        raise LaunchError("; ".join(exc.problems)) from None
+    mode = args.vllm_mode
+    if mode is None:  # the recipe config says what it expects; the launcher follows unless told otherwise
+        mode = str(rcfg.get("vllm_mode", "colocate")) if rcfg.get("use_vllm") is True else OFF
+    gpu_ids = [] if acc.get("use_cpu") else resolve_gpu_ids(args.gpus, env, torch.cuda.device_count)
+    return plan(Layout(
+        args.recipe,
+        accelerate_config=args.accelerate_config,
+        gpu_ids=gpu_ids,
+        vllm_mode=mode,
+        vllm_gpus=args.vllm_gpus,
+        tensor_parallel_size=args.tensor_parallel_size,
+        data_parallel_size=args.data_parallel_size,
+        host=args.host,
+        bind_host=args.bind_host,
+        port=args.port,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        model=args.model,
+        role=args.role,
+        num_nodes=args.nnodes,
+        node_rank=args.node_rank,
+        main_process_ip=args.main_process_ip,
+        main_process_port=args.main_process_port,
+        ready_timeout_s=args.ready_timeout,
+        recipe_args=recipe_args,
+        accelerate_settings=acc,
+        recipe_settings=rcfg,
+    ))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        launch_plan = plan_from_args(args)
+    except LaunchError as exc:
+        print(f"grpo-recipes launch: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        sys.stdout.write(launch_plan.script())
+        return 0
+    return execute(launch_plan, grace_s=args.stop_timeout)

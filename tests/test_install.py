@@ -1,0 +1,45 @@
+"""grpo-recipes as a user gets it: built into a wheel and installed (not editable, no checkout around), the
+`grpo-recipes eval --recipe NAME` command finds the recipe's config, its data files and the shipped rewards inside
+the package. Offline: the wheel is built from a copy of the sources with this environment's setuptools."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+SOURCES = ("pyproject.toml", "README.md", "grpo_recipes", "rewards", "recipes")
+
+
+def run(argv, **kwargs):
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, **kwargs)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    return proc
+
+
+def test_eval_runs_from_an_installed_wheel(tmp_path, tiny_model_dir):
+    src, wheels, site, work = (tmp_path / d for d in ("src", "wheels", "site", "work"))
+    src.mkdir()
+    for name in SOURCES:  # a copy: building in the checkout would leave build/ and egg-info there
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(REPO / name, src / name)
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w",
+         str(wheels), str(src)])
+    [wheel] = wheels.glob("grpo_recipes-*.whl")
+    run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(site), str(wheel)])
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "GRPO_RECIPES_REWARD_DIRS"}
+    env.update(PYTHONPATH=str(site), HF_HUB_OFFLINE="1")
+    where = run([sys.executable, "-c", "import grpo_recipes; print(grpo_recipes.__file__)"], cwd=work, env=env)
+    assert where.stdout.strip() == str(site / "grpo_recipes" / "__init__.py")  # the wheel's copy, not the checkout
+    for recipe, correctness in (("math", "math_correctness"), ("json", "json_field_accuracy")):
+        out = work / f"{recipe}.json"
+        run([str(site / "bin" / "grpo-recipes"), "eval", "--recipe", recipe, "--model", str(tiny_model_dir),
+             "--limit", "2", "--k", "1", "--output", str(out), "--", "--train_size", "20", "--eval_size", "4",
+             "--max_completion_length", "4", "--report_to", "none"], cwd=work, env=env)
+        report = json.loads(out.read_text())
+        assert report["rows"] == 2 and report["correctness_reward"] == correctness, report
