@@ -20,7 +20,7 @@ SUBCOMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="grpo-recipes", description=__doc__)
+    parser = argparse.ArgumentParser(prog="grpo-recipes", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None
     for name, module in SUBCOMMANDS.items():
