@@ -120,11 +120,12 @@ def main() -> None:
     flat_trl = [s for r in r_trl for s in r]
     chars = sum(map(len, texts)) / n
     print(f"{n} completions in batches of {args.batch_size}, mean {chars:.0f} chars")
-    print(f"trl accuracy_reward          : {n / t_trl:8.1f} completions/s   (accuracy {sum(map(bool, flat_trl)) / n:.2f})")
+    accuracy = sum(map(bool, flat_trl)) / n
+    print(f"trl accuracy_reward          : {n / t_trl:8.1f} completions/s   (accuracy {accuracy:.2f})")
     for label, seconds, results in (("literal", t_lit, r_lit), ("expression", t_expr, r_expr)):
         flat = [s for r in results for s in r]
-        print(f"math_correctness {label:<11} : {n / seconds:8.1f} completions/s   (accuracy {sum(map(bool, flat)) / n:.2f})"
-              f"   {t_trl / seconds:6.2f}x trl")
+        print(f"math_correctness {label:<11} : {n / seconds:8.1f} completions/s   (accuracy "
+              f"{sum(map(bool, flat)) / n:.2f})   {t_trl / seconds:6.2f}x trl")
         # Where the verdicts differ, and why: TRL reads no unboxed answer ("The answer is 42."); the literal form
         # refuses \frac{2g}{2}, a fraction not in lowest terms.
         kinds = collections.Counter(_kind(t) for t, a, b in zip(texts, flat_trl, flat) if a != b)

@@ -265,14 +265,14 @@ def parse_literal(text: str, *, words: bool = False, lowest_terms: bool = True) 
 
 
 def literal_equal(pred: Literal, gold: Literal) -> bool:
-    """Equal values; or an exact fraction that rounds to a decimal gold at the gold's places; or a decimal of at least
-    6 places that is a fraction gold rounded. Percent signs are ignored on both sides: 25% matches 25, not 0.25."""
+    """Equal values; or a fraction and a decimal of at least 6 places that is that fraction rounded (0.333333 and
+    1/3, as math-verify's 6-place rounding allows). 0.33 is not 1/3: a short decimal may be exact, and a fraction
+    near it would otherwise pass (2/7 for 0.3). Percent signs are ignored on both sides: 25% matches 25, not 0.25."""
     if pred.value == gold.value:
         return True
-    if gold.places and pred.fraction:
-        return abs(pred.value - gold.value) * 2 * 10**gold.places <= 1
-    if pred.places >= 6 and gold.fraction:
-        return abs(pred.value - gold.value) * 2 * 10**pred.places <= 1
+    decimal, fraction = (gold, pred) if gold.places else (pred, gold)
+    if fraction.fraction and decimal.places >= 6:
+        return abs(pred.value - gold.value) * 2 * 10**decimal.places <= 1
     return False
 
 
@@ -302,7 +302,7 @@ def is_variable(text: str) -> bool:
 
 
 def literal_text(literal: Literal) -> str:
-    """The literal's value written plainly ("5", "-0.25", "\\frac{3}{4}"), for a reader that misreads "+5" or "1 000"."""
+    """The literal's value written plainly ("5", "-0.25", "\\frac{3}{4}"): math-verify misreads "+5" and "1 000"."""
     value = literal.value
     if value.denominator == 1:
         return str(value.numerator)

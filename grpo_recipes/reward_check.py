@@ -335,8 +335,8 @@ def _run_hacks(rdef: RewardDef, rows: list[dict], params: dict, report: CheckRep
     for i, row in enumerate(rows):
         if i >= len(baselines):
             break
-        batch = [(h, h.make(row, params)) for h in entries]
-        batch = [(h, _think_wrapped(t) if wrap and h.target == catalog.ANSWER else t) for h, t in batch if t is not None]
+        made = [(h, h.make(row, params)) for h in entries]
+        batch = [(h, _think_wrapped(t) if wrap and h.target == catalog.ANSWER else t) for h, t in made if t is not None]
         if not batch:
             continue
         report.completions += len(batch)

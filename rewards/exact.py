@@ -4,8 +4,9 @@ The answer is read as grpo_recipes/answers.py says (the math rewards read it the
 last </think> (nothing, if a <think> is left open); there, the final \\boxed{...} (a hedge of differing boxes side by
 side, or a last box left open, is no answer); else the last <answer>...</answer>; else the last non-empty line, minus
 a leading "answer:" / "final answer:" / "the answer is" and a final period. Full-width and other scripts' digits,
-Unicode minus signs and zero-width characters are read as their plain forms. numeric_match then reads that answer as one number literal,
-which may sit in a sentence ("42 apples", "So she has 42"), but never among other numbers ("3 or 5", "5 - 3 = 2").
+Unicode minus signs and zero-width characters are read as their plain forms. numeric_match then reads that answer as
+one number literal, which may sit in a sentence ("42 apples", "So she has 42"), but never among other numbers
+("3 or 5", "5 - 3 = 2").
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def extract_answer(text: str) -> str | None:
 
 
 def normalize(answer: str) -> str:
-    """Plain Unicode forms, casefold, unwrap \\text{}, drop $ and surrounding quotes / final period, collapse whitespace."""
+    """Plain Unicode forms, casefold, unwrap \\text{}, drop $, surrounding quotes and a final period, squash spaces."""
     answer = re.sub(r"\\text\{([^{}]*)\}", r"\1", answers.normalize_text(answer)).replace("$", "")
     answer = " ".join(answer.split()).casefold()
     return answer.strip("\"'`").rstrip(".").strip()

@@ -137,7 +137,7 @@ def _split_top(text: str, separator: re.Pattern) -> list[str]:
 
 
 def _final_answer(text: str, require_boxed: bool, join_boxes: bool) -> tuple[str | None, str]:
-    """(answer, where): where is "box", "anchor", "text" (require_boxed=False, nothing else found), "none" or "hedge"."""
+    """(answer, where): where is "box", "anchor", "text" (require_boxed=False and nothing else), "none" or "hedge"."""
     region = answers.answer_region(text)
     if region is None:
         return None, "none"
@@ -198,7 +198,8 @@ def _judge(text: str, gold: str, form: str, require_boxed: bool, timeout_s: floa
             return None, "gold"
         return 0.0, where
     if where == "text":
-        verdict, used = ("T", False) if _COSTLY.search(answer) else (_VERIFIER.ask("text", answer, gold, timeout_s), True)
+        costly = _COSTLY.search(answer)
+        verdict, used = ("T", False) if costly else (_VERIFIER.ask("text", answer, gold, timeout_s), True)
     else:
         verdict, used = _expression_equal(answer, gold, gold_literal, where == "anchor", timeout_s)
     if verdict == "N":
@@ -208,14 +209,16 @@ def _judge(text: str, gold: str, form: str, require_boxed: bool, timeout_s: floa
     return float(verdict == "1"), "sympy" if used else "literal"
 
 
-def _check_form(answer_form: str) -> None:
+def _check_params(answer_form: str, timeout_s: float) -> None:
     if answer_form not in ANSWER_FORMS:
         raise ValueError(f"answer_form must be one of {ANSWER_FORMS}, got {answer_form!r}: 'literal' for tasks whose "
                          "answer is a number (arithmetic, GSM8K), 'expression' for symbolic answers (MATH)")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
 
 def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, skip=None) -> list[float | None]:
-    _check_form(answer_form)
+    _check_params(answer_form, timeout_s)
     scores: list[float | None] = []
     hows: list[str] = []
     for i, (text, gold) in enumerate(zip(texts, golds, strict=True)):
@@ -250,7 +253,7 @@ def math_correctness(
     expression math-verify finds equal (2+1, \\frac{6}{8}, \\sqrt3), judged in a child process killed after timeout_s.
     Both forms: a hedge (two different final boxes, \\boxed{3, 5}, "3 or 5") scores 0; an equation counts only if every
     side equals the gold (x = 3 yes, 5 = 3 no); percent signs are dropped on both sides (25% matches 25, 300% not 3);
-    two decimals must be equal exactly (0.1 is not 0.1000004); a fraction matches a decimal gold it rounds to.
+    two decimals must be equal exactly (0.1 is not 0.1000004); a fraction matches a decimal of 6+ places it rounds to.
     Where this differs from math-verify and TRL's accuracy_reward: docs/rewards.md.
 
     require_boxed=False also reads an answer with no box and no anchor: the last line (literal) or math-verify's pick

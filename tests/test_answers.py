@@ -49,11 +49,12 @@ def test_anchored_answer(text, expected):
 
 @pytest.mark.parametrize("text, value", [
     ("42", 42), ("-17", -17), ("+3", 3), ("03", 3), ("3.0", 3), ("3.", 3), (".5", Fraction(1, 2)),
-    ("1,000", 1000), ("1{,}000", 1000), ("1\\,000", 1000), ("1 000", 1000), ("12,\\!345", 12345), ("1e-7", Fraction(1, 10**7)),
-    ("3/4", Fraction(3, 4)), ("\\frac{3}{4}", Fraction(3, 4)), ("\\dfrac34", Fraction(3, 4)), ("-\\frac{3}{4}", Fraction(-3, 4)),
-    ("\\frac{-3}{4}", Fraction(-3, 4)), ("\\tfrac12", Fraction(1, 2)),
-    ("(-17)", -17), ("$-17$", -17), ("\\boxed{3}", 3), ("\\text{3}", 3), ("{3}", 3), ("{{3}}", 3), ("\\left( 3 \\right)", 3),
-    ("\\$18", 18), ("$18", 18), ("18 \\text{ dollars}", 18), ("18 apples", 18), ("30^\\circ", 30), ("15\\mbox{ cm}^2", 15),
+    ("1,000", 1000), ("1{,}000", 1000), ("1\\,000", 1000), ("1 000", 1000), ("12,\\!345", 12345),
+    ("1e-7", Fraction(1, 10**7)), ("3/4", Fraction(3, 4)), ("\\frac{3}{4}", Fraction(3, 4)), ("\\dfrac34", Fraction(3, 4)),
+    ("-\\frac{3}{4}", Fraction(-3, 4)), ("\\frac{-3}{4}", Fraction(-3, 4)), ("\\tfrac12", Fraction(1, 2)),
+    ("(-17)", -17), ("$-17$", -17), ("\\boxed{3}", 3), ("\\text{3}", 3), ("{3}", 3), ("{{3}}", 3),
+    ("\\left( 3 \\right)", 3), ("\\$18", 18), ("$18", 18), ("18 \\text{ dollars}", 18), ("18 apples", 18),
+    ("30^\\circ", 30), ("15\\mbox{ cm}^2", 15),
     ("x = 3", 3), ("y=-2", -2), ("\\theta = 3", 3), ("25\\%", 25), ("25 percent", 25),
     ("\uff13", 3), ("\u0663", 3), ("1\u200b7", 17), ("\u22123", -3), ("\u2212 3", -3),
 ])
@@ -88,9 +89,10 @@ def test_gold_fractions_may_be_unreduced():
 @pytest.mark.parametrize("pred, gold, equal", [
     ("3", "3.0", True), ("0.5", "\\frac{1}{2}", True), ("25\\%", "25", True), ("300\\%", "3", False),
     ("0.0000001", "0.0000002", False), ("0.1000004", "0.1", False), ("1e-7", "2e-7", False),
-    ("\\frac{1}{3}", "0.33", True), ("\\frac{1}{3}", "0.333333", True), ("\\frac{2}{3}", "0.67", True),
-    ("0.333333", "\\frac{1}{3}", True), ("0.33", "\\frac{1}{3}", False), ("0.666666", "\\frac{2}{3}", False),
-    ("0.333", "0.33", False), ("1/8", "0.125", True), ("1/8", "0.13", True), ("1/8", "0.12", True), ("1/8", "0.14", False),
+    ("\\frac{1}{3}", "0.333333", True), ("\\frac{1}{3}", "0.3333333333", True), ("\\frac{2}{3}", "0.666667", True),
+    ("0.333333", "\\frac{1}{3}", True), ("0.666666", "\\frac{2}{3}", False), ("0.333", "0.33", False),
+    ("\\frac{1}{3}", "0.33", False), ("0.33", "\\frac{1}{3}", False), ("2/7", "0.3", False), ("1/8", "0.125", True),
+    ("1/8", "0.13", False),
 ])
 def test_literal_equal(pred, gold, equal):
     assert answers.literal_equal(answers.parse_literal(pred), answers.parse_literal(gold, lowest_terms=False)) is equal

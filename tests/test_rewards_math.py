@@ -190,7 +190,8 @@ def test_other_projects_suites_in_expression_form():
 
 
 def test_other_projects_suites_in_literal_form_never_pay_more():
-    rows = [r for r in load(SUITES) if r["expected"] is not None and answers.parse_literal(r["gold"], lowest_terms=False)]
+    rows = [r for r in load(SUITES)
+            if r["expected"] is not None and answers.parse_literal(r["gold"], lowest_terms=False)]
     got = correctness([r["completion"] for r in rows], [r["gold"] for r in rows])
     assert all(g <= r["expected"] for r, g in zip(rows, got)), [(r, g) for r, g in zip(rows, got) if g > r["expected"]]
     assert sum(got) >= 20
@@ -315,16 +316,19 @@ def test_math_correctness_metrics():
 
 
 def test_expression_form_survives_text_no_codec_likes():
-    texts = ["\\boxed{\ud800}", "\\boxed{\x00 1 + 2}", "\\boxed{\\frac{\ud83d\ude42}{2}}", "\\boxed{" + "\u4e2d" * 900 + "}",
+    texts = ["\\boxed{\ud800}", "\\boxed{\x00 1 + 2}", "\\boxed{\\frac{\ud83d\ude42}{2}}",
+             "\\boxed{" + "\u4e2d" * 900 + "}",
              "The answer is \\(\\sqrt{\udfff}\\)", "\\boxed{\\sqrt{2}}"]
     golds = ["\\sqrt{2}"] * len(texts)
     assert correctness(texts, golds, "expression") == [0.0] * 5 + [1.0]
     assert correctness(texts, golds, "expression", require_boxed=False)[-1] == 1.0
 
 
-def test_answer_form_is_checked():
+def test_params_are_checked():
     with pytest.raises(ValueError, match="answer_form must be one of"):
         correctness(["\\boxed{3}"], ["3"], "number")
+    with pytest.raises(ValueError, match="timeout_s must be a positive"):
+        correctness(["\\boxed{3}"], ["3"], timeout_s=0)
 
 
 GOOD = "<think>\nadd them\n</think>\nThe answer is \\boxed{4}."
@@ -365,8 +369,9 @@ def test_think_format_if_correct_needs_both():
 
 
 def test_boxed_format():
-    texts = ["\\boxed{4}", "\\boxed{4} \\boxed{5}", "\\boxed{}", "\\boxed{ }", "4", "\\boxed{4", "<think>\\boxed{4}</think> x",
-             "\\boxed{\\frac{1}{2}}", "\\boxed{3}. Wait, no: \\boxed{4}", "\\boxed{4} \\boxed{4}"]
+    texts = ["\\boxed{4}", "\\boxed{4} \\boxed{5}", "\\boxed{}", "\\boxed{ }", "4", "\\boxed{4",
+             "<think>\\boxed{4}</think> x", "\\boxed{\\frac{1}{2}}", "\\boxed{3}. Wait, no: \\boxed{4}",
+             "\\boxed{4} \\boxed{4}"]
     assert score("boxed_format", texts) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
 
 
