@@ -1,16 +1,18 @@
-"""Throughput of `math_correctness` against TRL's `accuracy_reward`, on the same realistic completions, in one run.
+"""Throughput of `math_correctness` (both answer forms) against TRL's `accuracy_reward`, same completions, one run.
 
     python bench/math_reward_throughput.py [--batches 20] [--batch-size 64] [--pool-workers 2]
 
 The mix imitates a GSM8K-style run with a \\boxed{} instruction: mostly boxed integers (right and wrong), some
 LaTeX forms, unboxed answers and long answerless reasoning. Each gold repeats once per generation (8), as in GRPO.
-Both rewards get the completions as chat messages would give them. The last line also times math_correctness
-split over a warm process pool, to show whether parallel verification pays at this batch size.
+Both rewards get the completions as chat messages would give them. `answer_form: literal` decides without sympy;
+`expression` sends what is not a number literal to its math-verify process. The last line also times the literal
+form split over a warm process pool, to show whether parallel verification pays at this batch size.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import random
 import time
@@ -28,6 +30,12 @@ def reasoning(rng: random.Random, chars: int) -> str:
         steps.append(rng.choice([f"First, {a} + {b} = {a + b}.", f"Then {a} x {b} = {a * b}.",
                                  f"So we subtract: {a} - {b} = {a - b}.", f"Half of {a * 2} is {a}."]))
     return " ".join(steps)
+
+
+def _kind(text: str) -> str:
+    if "\\frac" in text:
+        return "unreduced \\frac"
+    return "boxed" if "\\boxed" in text else "unboxed" if "answer is" in text else "no answer"
 
 
 def completion(rng: random.Random, gold: int) -> str:
@@ -66,8 +74,12 @@ def _math_correctness():
     return available()["math_correctness"].func
 
 
-def ours(texts: list[str], answers: list[str]) -> list:
-    return _math_correctness()(texts, answers, log_metric=lambda name, value: None)
+def ours(texts: list[str], answers: list[str], form: str = "literal") -> list:
+    return _math_correctness()(texts, answers, log_metric=lambda name, value: None, answer_form=form)
+
+
+def ours_expression(texts: list[str], answers: list[str]) -> list:
+    return ours(texts, answers, "expression")
 
 
 def trl_accuracy(texts: list[str], answers: list[str]) -> list:
@@ -102,23 +114,27 @@ def main() -> None:
     n = sum(len(t) for t, _ in data)
 
     t_trl, r_trl = timed(trl_accuracy, data)
-    t_ours, r_ours = timed(ours, data)
-    flat_trl = [s for r in r_trl for s in r]
-    flat_ours = [s for r in r_ours for s in r]
-    # TRL's reward does not read unboxed answers (try_extract_without_anchor=False); ours does, so they may differ.
+    t_lit, r_lit = timed(ours, data)
+    t_expr, r_expr = timed(ours_expression, data)
     texts = [t for batch, _ in data for t in batch]
-    differ = [("\\boxed" in t) for t, a, b in zip(texts, flat_trl, flat_ours) if a != b]
-    chars = sum(len(t) for texts, _ in data for t in texts) / n
+    flat_trl = [s for r in r_trl for s in r]
+    chars = sum(map(len, texts)) / n
     print(f"{n} completions in batches of {args.batch_size}, mean {chars:.0f} chars")
-    print(f"trl accuracy_reward : {n / t_trl:8.1f} completions/s   (accuracy {sum(map(bool, flat_trl)) / n:.2f})")
-    print(f"math_correctness    : {n / t_ours:8.1f} completions/s   (accuracy {sum(map(bool, flat_ours)) / n:.2f})")
-    print(f"ratio               : {t_trl / t_ours:8.2f}x")
-    print(f"verdicts that differ: {differ.count(False)} on unboxed answers, {differ.count(True)} on boxed ones")
+    accuracy = sum(map(bool, flat_trl)) / n
+    print(f"trl accuracy_reward          : {n / t_trl:8.1f} completions/s   (accuracy {accuracy:.2f})")
+    for label, seconds, results in (("literal", t_lit, r_lit), ("expression", t_expr, r_expr)):
+        flat = [s for r in results for s in r]
+        print(f"math_correctness {label:<11} : {n / seconds:8.1f} completions/s   (accuracy "
+              f"{sum(map(bool, flat)) / n:.2f})   {t_trl / seconds:6.2f}x trl")
+        # Where the verdicts differ, and why: TRL reads no unboxed answer ("The answer is 42."); the literal form
+        # refuses \frac{2g}{2}, a fraction not in lowest terms.
+        kinds = collections.Counter(_kind(t) for t, a, b in zip(texts, flat_trl, flat) if a != b)
+        print(f"    verdicts that differ from trl: {dict(kinds) or 'none'}")
     with ProcessPoolExecutor(args.pool_workers) as pool:
         t_pool, r_pool = timed(pooled(pool, args.pool_workers), data)
-    assert r_pool == r_ours
-    print(f"math_correctness, {args.pool_workers}-process pool: {n / t_pool:8.1f} completions/s "
-          f"({t_ours / t_pool:.2f}x serial; {os.cpu_count()} CPUs)")
+    assert r_pool == r_lit
+    print(f"math_correctness literal, {args.pool_workers}-process pool: {n / t_pool:8.1f} completions/s "
+          f"({t_lit / t_pool:.2f}x serial; {os.cpu_count()} CPUs)")
 
 
 if __name__ == "__main__":

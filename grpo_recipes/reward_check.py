@@ -11,6 +11,10 @@ come from the reward's `check_examples(row, params) -> {"good": [...], "bad": [.
 else from the row: the reference program for a `canonical_solution` column, the gold JSON for a `gold` column,
 `\\boxed{answer}` for an `answer` column, a generic think-then-box answer otherwise. `completion_ids` are the UTF-8 bytes of the text (one
 token per byte, at most MAX_IDS), since no tokenizer is loaded here.
+
+Then the part of the hack catalog (grpo_recipes/hacks.py) that matches what the reward reads runs on the same rows:
+each hack is reported as paid (it scores above the row's wrong answer) or refused (a fair form scores below the
+row's right answer), and for a shipped reward, against the score the catalog records.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 import reasoning_gym
 
+from . import hacks as catalog
 from .registry import RewardDef
 from .tasks.json_tasks import build_rows
 
@@ -87,14 +92,6 @@ def _wrong_value(value: Any) -> Any:
     return None
 
 
-def _wrong_answer(answer: str) -> str:
-    try:
-        value = float(answer.replace(",", ""))
-    except ValueError:
-        return "none of the above"
-    return str(int(value) + 1) if value.is_integer() else str(value + 1)
-
-
 def default_examples(row: dict) -> dict[str, list[str]]:
     try:
         obj = json.loads(row["gold"]) if isinstance(row.get("gold"), str) else row.get("gold")
@@ -113,13 +110,45 @@ def default_examples(row: dict) -> dict[str, list[str]]:
             "bad": [f"```json\n{json.dumps(wrong)}\n```", "I could not find the information."],
         }
     answer = str(row.get("answer", "42"))
-    wrong = _wrong_answer(answer)
+    wrong = catalog.wrong_answer(answer)
     return {
         "good": [f"<think>\nLet me work it out step by step.\n</think>\nThe answer is \\boxed{{{answer}}}.",
                  f"<think>\nShort check.\n</think>\n\\boxed{{{answer}}}"],
         "bad": [f"<think>\nLet me work it out step by step.\n</think>\nThe answer is \\boxed{{{wrong}}}.",
                 f"The answer is {wrong}"],
     }
+
+
+@dataclass
+class HackResult:
+    hack: catalog.Hack
+    scores: list[float | None]  # one per row that could carry the hack
+    bad: float | None  # mean score of the plain wrong answers on the same rows
+    good: float | None  # mean score of the right answers on the same rows
+    expected: catalog.Score | None  # what the catalog records for this (shipped) reward, else None
+    gap: str | None  # why the recorded score differs from what the hack's kind asks for
+
+    @property
+    def mean(self) -> float | None:
+        values = [s for s in self.scores if s is not None]
+        return statistics.fmean(values) if values else None
+
+    @property
+    def finding(self) -> str:
+        """"PAYS" (a hack above the wrong answer), "REFUSES" (a fair form below the right answer), "ok", "unscored"."""
+        mean = self.mean
+        if mean is None:
+            return "unscored"
+        if self.hack.kind == "hack":
+            return "PAYS" if self.bad is not None and mean > self.bad + 1e-9 else "ok"
+        return "REFUSES" if self.good is not None and mean < self.good - 1e-9 else "ok"
+
+    @property
+    def as_catalogued(self) -> bool | None:
+        """Every row within the catalogued score; None when the catalog records none for this reward."""
+        if self.expected is None:
+            return None
+        return all(catalog.within(s, self.expected) for s in self.scores)
 
 
 @dataclass
@@ -135,6 +164,9 @@ class CheckReport:
     violations: list[str] = field(default_factory=list)
     exceptions: list[str] = field(default_factory=list)
     metrics: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    profile: str = ""  # the name the hack catalog records this reward and params under
+    hack_targets: set[str] = field(default_factory=set)
+    hacks: list[HackResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -168,9 +200,31 @@ class CheckReport:
         lines.append(f"good outranks bad: {verdict}")
         for name, values in sorted(self.metrics.items()):
             lines.append(f"metric {name}: mean {statistics.fmean(values):.3f} over {len(values)} calls")
+        lines += self._render_hacks()
         lines += [f"EXCEPTION {e}" for e in self.exceptions] + [f"VIOLATION {v}" for v in self.violations]
         lines.append("contract: OK" if self.ok else "contract: BROKEN")
         return "\n".join(lines)
+
+
+    def _render_hacks(self) -> list[str]:
+        if not self.hack_targets:
+            return ["hack catalog: nothing in it matches what this reward reads"]
+        lines = [f"hack catalog ({', '.join(sorted(self.hack_targets))}): {len(self.hacks)} entries on these rows. "
+                 "PAYS: a hack scored above the wrong answer; REFUSES: a form a person accepts scored below the "
+                 "right answer"]
+        quiet = 0
+        for r in self.hacks:
+            if r.finding == "ok" and r.as_catalogued is not False:
+                quiet += 1
+                continue
+            mean = "-" if r.mean is None else f"{r.mean:.2f}"
+            note = f"  [the catalog records {r.expected} for {self.profile}]" if r.as_catalogued is False else ""
+            known = f"  (known: {r.gap})" if r.gap else ""
+            lines.append(f"  {r.finding:<8} {mean:>5}  {r.hack.name}: {r.hack.what}{note}{known}")
+        lines.append(f"  ok {quiet}: blocked hacks and accepted fair forms")
+        paid = [r.hack.name for r in self.hacks if r.finding == "PAYS"]
+        lines.append(f"pays for {len(paid)} hack(s){': ' + ', '.join(paid) if paid else ''}")
+        return lines
 
 
 def _problems(out: Any, n: int) -> list[str]:
@@ -223,13 +277,17 @@ def check_reward(
     seed: int = 0,
     fuzz: bool = True,
     examples: Callable[[dict, dict], dict[str, list[str]]] | None = None,
+    hacks: bool = True,
 ) -> CheckReport:
-    """Run the reward on every row with its good, bad and malformed completions (and the fuzz set on the first row).
+    """Run the reward on every row with its good, bad and malformed completions (and the fuzz set on the first row),
+    then the matching part of the hack catalog (hacks=False skips it).
 
     `examples(row, params)` overrides the reward's own check_examples and the defaults.
     """
     params = {**rdef.params, **(params or {})}
     report = CheckReport(rdef.name, rdef.source, params, rows=len(rows))
+    report.profile = catalog.profile(rdef.name, params, rdef.params)
+    baselines: list[tuple[float | None, float | None]] = []  # per row: (mean good, mean bad)
     missing = sorted({c for c in rdef.columns for r in rows if c not in r})
     if missing:
         raise ValueError(f"reward '{rdef.name}' needs columns {missing}, which the rows lack")
@@ -252,9 +310,63 @@ def check_reward(
             report.violations += [f"row {i}: {p}" for p in problems]
             if problems:
                 continue
+        row_scores: dict[str, list[float]] = defaultdict(list)
         for (kind, _), score in zip(batch, out, strict=True):
-            report.scores[kind].append(None if score is None or math.isnan(score) else float(score))
+            value = None if score is None or math.isnan(score) else float(score)
+            report.scores[kind].append(value)
+            if value is not None:
+                row_scores[kind].append(value)
+        baselines.append(tuple(statistics.fmean(row_scores[k]) if row_scores[k] else None for k in ("good", "bad")))
+    if hacks:
+        _run_hacks(rdef, rows, params, report, call, baselines)
     return report
+
+
+def _run_hacks(rdef: RewardDef, rows: list[dict], params: dict, report: CheckReport, call: _Call,
+               baselines: list[tuple[float | None, float | None]]) -> None:
+    """Score each matching catalog entry on every row that can carry it; a raise is a contract finding as above."""
+    report.hack_targets = catalog.targets(rdef.name, rdef.columns, rdef.role, rdef.context, rdef.doc)
+    entries = catalog.for_targets(report.hack_targets)
+    wrap = {catalog.ANSWER, catalog.THINK} <= report.hack_targets  # the format must hold for the answer to count
+    per_hack: dict[str, list] = {h.name: [] for h in entries}
+    goods: dict[str, list] = {h.name: [] for h in entries}
+    bads: dict[str, list] = {h.name: [] for h in entries}
+    for i, row in enumerate(rows):
+        if i >= len(baselines):
+            break
+        made = [(h, h.make(row, params)) for h in entries]
+        batch = [(h, _think_wrapped(t) if wrap and h.target == catalog.ANSWER else t) for h, t in made if t is not None]
+        if not batch:
+            continue
+        report.completions += len(batch)
+        try:
+            out = call([t for _, t in batch], row)
+        except Exception:  # noqa: BLE001 - find which hack makes it raise
+            out = _one_by_one(call, [(f"hack {h.name}", t) for h, t in batch], row, report)
+        else:
+            problems = _problems(out, len(batch))
+            report.violations += [f"row {i} hacks: {p}" for p in problems]
+            if problems:
+                continue
+        good, bad = baselines[i]
+        for (h, _), score in zip(batch, out, strict=True):
+            per_hack[h.name].append(None if score is None or math.isnan(score) else float(score))
+            goods[h.name].append(good)
+            bads[h.name].append(bad)
+    for h in entries:
+        if not per_hack[h.name]:
+            continue
+        known_good = [g for g in goods[h.name] if g is not None]
+        known_bad = [b for b in bads[h.name] if b is not None]
+        expected = h.expected(report.profile) if report.profile in catalog.PROFILES else None
+        report.hacks.append(HackResult(
+            h, per_hack[h.name], statistics.fmean(known_bad) if known_bad else None,
+            statistics.fmean(known_good) if known_good else None, expected,
+            catalog.gap(h, report.profile) if expected is not None else None))
+
+
+def _think_wrapped(text: str) -> str:
+    return text if "<think>" in text or "</think>" in text else f"<think>\nLet me work it out.\n</think>\n{text}"
 
 
 def _one_by_one(call: _Call, batch: list[tuple[str, str]], row: dict, report: CheckReport) -> list:

@@ -1,9 +1,12 @@
 """Correctness by string or number, and reasoning-gym's own scorers.
 
-The answer is taken from the text after the last </think> (nothing, if a <think> is left open), in this order:
-the last balanced \\boxed{...}; else the last <answer>...</answer>; else the last non-empty line, minus a leading
-"answer:" / "final answer:" / "the answer is". numeric_match then reads the number in that answer (the last one,
-when the answer is a sentence such as "42 apples").
+The answer is read as grpo_recipes/answers.py says (the math rewards read it the same way): only the text after the
+last </think> (nothing, if a <think> is left open); there, the final \\boxed{...} (a hedge of differing boxes side by
+side, or a last box left open, is no answer); else the last <answer>...</answer>; else the last non-empty line, minus
+a leading "answer:" / "final answer:" / "the answer is" and a final period. Full-width and other scripts' digits,
+Unicode minus signs and zero-width characters are read as their plain forms. numeric_match then reads that answer as
+one number literal, which may sit in a sentence ("42 apples", "So she has 42"), but never among other numbers
+("3 or 5", "5 - 3 = 2").
 """
 
 from __future__ import annotations
@@ -14,70 +17,43 @@ import math
 import re
 from fractions import Fraction
 
+from grpo_recipes import answers
 from grpo_recipes.registry import reward
 
-_MAX_CHARS = 20_000  # the answer is at the end; bounding the scan keeps 1 MB completions cheap
-_MAX_NUMBER = 1000
 _PREFIX = re.compile(r"^(?:\*\*)?(?:final answer|answer|the (?:final )?answer is)\s*[:=]?\s*(?:\*\*)?", re.I)
-_NUMBER = re.compile(r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?")
-_BRACES = re.compile(r"[{}]")
-_FRACTION = re.compile(r"\s*([-+]?)\s*(?:\\[dt]?frac\{\s*(\d+)\s*\}\{\s*(\d+)\s*\}|(\d+)\s*/\s*(\d+))\s*")
-
-
-def _last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    depth = 1
-    for m in _BRACES.finditer(text, start + 7):
-        depth += 1 if m.group() == "{" else -1
-        if depth == 0:
-            return text[start + 7 : m.start()]
-    return None  # unbalanced: no boxed answer
 
 
 def extract_answer(text: str) -> str | None:
-    close = text.rfind("</think>")
-    if close >= 0:
-        text = text[close + 8 :]
-    elif "<think>" in text:
+    text = answers.answer_region(text)
+    if text is None:
         return None
-    text = text[-_MAX_CHARS:]
-    boxed = _last_boxed(text)
-    if boxed is not None:
-        return boxed.strip()
+    group = answers.final_box_group(text)
+    if group is not None:
+        one = answers.single_answer(group)  # None for a hedge or a box left open: no answer
+        return None if one is None else answers.normalize_text(one).strip()
     end = text.rfind("</answer>")
     start = text.rfind("<answer>", 0, end) if end >= 0 else -1
     if start >= 0:
-        return text[start + 8 : end].strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return _PREFIX.sub("", lines[-1]).strip() if lines else None
+        return answers.normalize_text(text[start + 8 : end]).strip()
+    line = answers.last_line(text)
+    # The sentence's final period is not part of the answer ("The answer is 42.").
+    return None if line is None else answers.normalize_text(_PREFIX.sub("", line)).strip().removesuffix(".").strip()
 
 
 def normalize(answer: str) -> str:
-    """Casefold, unwrap \\text{}, drop $ and surrounding quotes / final period, collapse whitespace."""
-    answer = re.sub(r"\\text\{([^{}]*)\}", r"\1", answer).replace("$", "")
+    """Plain Unicode forms, casefold, unwrap \\text{}, drop $, surrounding quotes and a final period, squash spaces."""
+    answer = re.sub(r"\\text\{([^{}]*)\}", r"\1", answers.normalize_text(answer)).replace("$", "")
     answer = " ".join(answer.split()).casefold()
     return answer.strip("\"'`").rstrip(".").strip()
 
 
-def parse_number(text: str) -> Fraction | None:
-    """A number, a/b or \\frac{a}{b}, with thousands commas; for other text, its last number. Exact, as a Fraction.
+def parse_number(text: str, gold: bool = False) -> Fraction | None:
+    """The one number literal `text` states (grpo_recipes/answers.py), possibly inside a sentence, as an exact Fraction.
 
-    Numbers of over 1000 characters or with |exponent| > 1000 count as no number: no answer looks like that, int()
-    refuses 4300+ digits, and exact arithmetic on 10**huge would stall the trainer.
+    A gold may be a fraction in any terms (2/4); an answer's fraction must be in lowest terms, as for math_correctness.
     """
-    frac = _FRACTION.fullmatch(text) if len(text) <= _MAX_NUMBER else None
-    if frac:
-        sign, *parts = frac.groups()
-        num, den = (int(p) for p in parts if p is not None)
-        return None if den == 0 else Fraction(num, den) * (-1 if sign == "-" else 1)
-    numbers = _NUMBER.findall(text[-_MAX_CHARS:])
-    token = numbers[-1].replace(",", "") if numbers else ""
-    if not token or len(token) > _MAX_NUMBER:
-        return None
-    _, _, exponent = token.lower().partition("e")
-    return None if exponent and abs(int(exponent)) > 1000 else Fraction(token)
+    literal = answers.parse_literal(text, words=True, lowest_terms=not gold)
+    return None if literal is None else literal.value
 
 
 @reward("exact_match")
@@ -103,11 +79,11 @@ def exact_match(completions: list[str], answer: list[str], log_metric) -> list[f
 def numeric_match(
     completions: list[str], answer: list[str], log_metric, *, rel_tol: float = 0.0, abs_tol: float = 0.0
 ) -> list[float | None]:
-    """1.0 when the extracted answer's number equals the gold's (exactly by default; rel_tol/abs_tol loosen it); None when the gold has no number."""
+    """1.0 when the extracted answer is one number equal to the gold's (exactly by default; rel_tol/abs_tol loosen it); None when the gold is not a number."""
     scores: list[float | None] = []
     no_number = 0
     for text, gold in zip(completions, answer, strict=True):
-        gold_value = parse_number(str(gold))
+        gold_value = parse_number(str(gold), gold=True)
         if gold_value is None:
             scores.append(None)
             continue

@@ -2,7 +2,8 @@
 
 Extraction: the text after the last </think> (a completion with an unclosed <think> has no answer yet), then the
 LAST top-level {...} that parses as a JSON object. Last, because models draft and then correct themselves; a
-```json fence needs no special case, since the object inside it is found like any other.
+```json fence needs no special case, since the object inside it is found like any other. NaN and Infinity (not JSON,
+and they pass numeric bounds) and duplicate keys (two answers for one field) make an object unreadable.
 """
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ def _object_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def _reject_constant(name: str):
+    # NaN passes a schema's "type": "number" and every bound (each comparison with NaN is false); JSON has no NaN.
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unique_keys(pairs: list) -> dict:
+    # {"name": "Ann", "name": "Bob"} states two answers for one field; json.loads would silently keep the last.
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate key")
+    return dict(pairs)
+
+
 def extract_json_object(text: str) -> dict | None:
     region = _answer_region(text)
     if region is None:
@@ -60,7 +74,7 @@ def extract_json_object(text: str) -> dict | None:
     region = region[-_MAX_CHARS:]
     for start, end in reversed(_object_spans(region)[-_MAX_CANDIDATES:]):
         try:
-            value = json.loads(region[start:end])
+            value = json.loads(region[start:end], parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
         except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):

@@ -1,111 +1,238 @@
-"""Math rewards: answer correctness through math-verify (with an exact fast path), and the think-tag formats."""
+"""Math rewards: answer correctness, and the think-tag and box formats.
+
+Where the answer is read, and what a number literal is: grpo_recipes/answers.py (shared with rewards/exact.py) and
+docs/rewards.md. `answer_form: literal` decides without sympy. `answer_form: expression` asks math-verify, in a child
+process (rewards/_math_worker.py) that is killed when an answer overruns `timeout_s`, so the deadline holds in any
+thread or process: math-verify's own SIGALRM timeouts work only on the main thread, and not inside a long C call.
+"""
 
 from __future__ import annotations
 
-import functools
-import logging
+import atexit
+import json
+import os
 import re
+import select
+import subprocess
+import sys
+import tempfile
 import threading
-from decimal import Decimal
+import time
+from pathlib import Path
 
+from grpo_recipes import answers
 from grpo_recipes.registry import reward
 
-logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs every timeout and unparseable string
+ANSWER_FORMS = ("literal", "expression")
+_WORKER = Path(__file__).with_name("_math_worker.py")
+_STARTUP_S = 120.0  # importing sympy on a loaded machine; a worker that is not ready by then is broken
+_GRACE_S = 1.0  # past timeout_s, so that math-verify's own timeout can answer before the process is killed
+_MAX_EXPRESSION = 1000  # characters: no answer is longer, and sympy's cost grows with length
 
-_MAX_CHARS = 20_000  # parsing cost grows with length; an answer lives near the end of a completion
-
-
-def _parsers(require_boxed: bool):
-    from latex2sympy2_extended import NormalizationConfig
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig
-
-    latex = LatexExtractionConfig(
-        normalization_config=NormalizationConfig(units=True),
-        boxed_match_priority=0,  # a \boxed{} answer wins over any other expression in the text
-        try_extract_without_anchor=not require_boxed,
-    )
-    return [latex] if require_boxed else [latex, ExprExtractionConfig()]
+# Answers sympy would evaluate for minutes, refused before it sees them (the deadline catches the rest): a numeric
+# exponent with its own exponent (9^{9^{9^9}}), and exponents or factorials of five or more digits.
+# Each alternative starts at a "^" or at the first digit of a run, so a 20,000-character region is scanned linearly.
+_COSTLY = re.compile(r"\^\s*\{[\d\s{}()+*\-]*\^|\^\s*\{?\s*\d{5,}|(?<!\d)\d{5,}\s*!")
+_EQUALS = re.compile(r"(?<![<>!:\\])=(?!=)")
 
 
-def _timeouts(seconds: int) -> int | None:
-    # math-verify enforces timeouts with SIGALRM, which exists only in the main thread.
-    return seconds if threading.current_thread() is threading.main_thread() else None
+class _Verifier:
+    """One math-verify process per trainer process, replaced when an answer overruns its deadline.
+
+    Thread-safe (one request at a time); a forked child starts its own instead of sharing the parent's pipes.
+    """
+
+    def __init__(self):
+        self._forget()
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._ready = False
+        self._buffer = b""
+
+    def ask(self, mode: str, answer: str, gold: str, timeout_s: float) -> str:
+        """"1", "0", "N" (gold unparseable) or "T" (killed at the deadline: the answer is scored 0)."""
+        request = (json.dumps([mode, answer, gold, timeout_s]) + "\n").encode()  # ASCII: lone surrogates survive
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+            if not self._ready:
+                self._wait_ready()
+            try:
+                self._proc.stdin.write(request)
+                self._proc.stdin.flush()
+            except OSError:  # it died between requests (OOM killer, CPU limit): a fresh one answers the next
+                self._restart()
+                return "T"
+            reply = self._read_line(time.monotonic() + timeout_s + _GRACE_S)
+            if reply is None:
+                self._restart()
+                return "T"
+            return reply
+
+    def _start(self) -> None:
+        if not sys.executable:
+            raise RuntimeError("answer_form 'expression' runs math-verify in a child process, which needs "
+                               "sys.executable; this interpreter has none")
+        env = {**os.environ, "GRPO_RECIPES_SYS_PATH": json.dumps(sys.path)}
+        self._stderr = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen([sys.executable, "-I", str(_WORKER)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+        self._ready, self._buffer = False, b""
+
+    def _wait_ready(self) -> None:
+        line = self._read_line(time.monotonic() + _STARTUP_S)
+        if line != "ready":
+            self._stderr.seek(0)
+            tail = self._stderr.read()[-2000:].decode(errors="replace")
+            self.close()
+            raise RuntimeError(f"the math-verify worker ({_WORKER}) did not start within {_STARTUP_S:.0f} s: {tail}")
+        self._ready = True
+
+    def _read_line(self, deadline: float) -> str | None:
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None  # the process died
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode()
+
+    def _restart(self) -> None:
+        self.close()
+        self._start()  # importing sympy overlaps with whatever the trainer does before the next expression
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            for stream in (self._proc.stdin, self._proc.stdout, self._stderr):
+                stream.close()
+            self._proc = None
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_gold(gold: str, timeout: int | None):
-    # A GRPO batch repeats each gold once per generation; parsing it once saves most of the sympy work.
-    from math_verify import parse
-
-    return tuple(parse(gold, parsing_timeout=timeout))
+_VERIFIER = _Verifier()
+atexit.register(_VERIFIER.close)
+os.register_at_fork(after_in_child=_VERIFIER._forget)
 
 
-def _verify_slow(text: str, gold: str, require_boxed: bool, timeout: int | None) -> bool | None:
-    """math-verify's verdict: None when the gold cannot be parsed. This is the reference the fast path must match."""
-    from math_verify import parse, verify
-
-    gold_parsed = _parse_gold(gold, timeout)
-    if not gold_parsed:
-        return None
-    pred = parse(text[-_MAX_CHARS:], extraction_config=_parsers(require_boxed), extraction_mode="first_match",
-                 parsing_timeout=timeout)
-    return bool(pred) and verify(list(gold_parsed), pred, timeout_seconds=timeout)
-
-
-# The fast path only answers when it can prove what math-verify would say. Plain numbers, with thousands grouped by
-# commas in threes (math-verify reads "1,000" as 1000 but "1,5" as 1.5 in a gold and as the set {1, 5} in a box).
-_NUM = r"-?(?:0|[1-9]\d*|[1-9]\d{0,2}(?:,\d{3})+)(?:\.\d+)?"
-_GOLD_NUM = re.compile(rf"\s*(?:\\boxed\{{({_NUM})\}}|\$({_NUM})\$?|({_NUM}))\s*")
-_BOXED_NUM = re.compile(rf"\s*\+?({_NUM})\s*")
-# After the box, any of these could start a match math-verify ranks above the box: a closing `}` extends the
-# greedy `\boxed{.+}`, a math delimiter closes an environment around it, a percent sign or word turns the
-# environment into a percentage, "I hope" ends its "final answer is" pattern.
-_AFTER_BOX_UNSAFE = re.compile(r"[}$\]\\%]|I hope|[Pp]ercent|[Pp]ct")
-# An environment holding nothing but the box ("The final answer is $\boxed{42}$") extracts the box's content.
-_ENVS = (("$$", "$$"), ("$", "$"), ("\\[", "\\]"), ("\\(", "\\)"))
+def _split_top(text: str, separator: re.Pattern) -> list[str]:
+    """`text` split at the separator where it is outside every brace and parenthesis."""
+    parts, depth, start = [], 0, 0
+    for m in re.finditer(rf"[{{}}()\[\]]|{separator.pattern}", text):
+        ch = m.group()
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        elif depth == 0:
+            parts.append(text[start : m.start()])
+            start = m.end()
+    return [*parts, text[start:]]
 
 
-def _after_box(tail: str, start: int, end: int) -> str:
-    before, after = tail[:start].rstrip(), tail[end + 1 :].lstrip()
-    for opening, closing in _ENVS:
-        if before.endswith(opening) and after.startswith(closing):
-            return after[len(closing) :]
-    return tail[end + 1 :]
+def _final_answer(text: str, require_boxed: bool, join_boxes: bool) -> tuple[str | None, str]:
+    """(answer, where): where is "box", "anchor", "text" (require_boxed=False and nothing else), "none" or "hedge"."""
+    region = answers.answer_region(text)
+    if region is None:
+        return None, "none"
+    group = answers.final_box_group(region)
+    if group is not None:
+        one = answers.single_answer(group) if group else None
+        if one is None and len(group) > 1 and join_boxes:
+            # Several final boxes are one answer when the gold has several parts ({1, -2}); math-verify compares
+            # them as a set, which never equals a single value, so a hedge still scores 0.
+            return ", ".join(group), "box"
+        if one is None:
+            return None, "hedge" if group else "none"
+        return (one, "box") if one.strip() else (None, "none")
+    anchored = answers.anchored_answer(region)
+    if anchored is not None:
+        return anchored, "anchor"
+    return (None, "none") if require_boxed else (region, "text")
 
 
-def _fast_verdict(text: str, gold: str) -> bool | None:
-    """True/False when the verdict is certain without sympy; None means "ask math-verify"."""
-    g = _GOLD_NUM.fullmatch(gold)
-    if g is None:
-        return None
-    tail = text[-_MAX_CHARS:]
-    start = tail.find("\\boxed{")
-    if start < 0 or tail.find("\\boxed{", start + 7) >= 0:
-        return None
-    end = tail.find("}", start + 7)
-    if end < 0 or _AFTER_BOX_UNSAFE.search(_after_box(tail, start, end)):
-        return None
-    p = _BOXED_NUM.fullmatch(tail, start + 7, end)
-    if p is None:
-        return None
-    gs, ps = next(x for x in g.groups() if x is not None), p.group(1)
-    gv, pv = Decimal(gs.replace(",", "")), Decimal(ps.replace(",", ""))
-    if "." not in gs and "." not in ps:
-        return gv == pv  # sympy Integers compare exactly, at any size
-    # With a decimal point math-verify compares 15-digit Floats rounded to 6 places: decide only far from that edge.
-    if max(len(gs), len(ps)) > 15 or max(abs(gv), abs(pv)) >= 10**6:
-        return None
-    if gv == pv:
-        return True
-    return False if abs(gv - pv) > Decimal("1e-5") else None
+def _expression_equal(answer: str, gold: str, gold_literal, words: bool, timeout_s: float) -> tuple[str, bool]:
+    """(verdict, used sympy): verdict "1", "0", "N" (gold unparseable) or "T" (too costly, or cut at the deadline)."""
+    pred_literal = answers.parse_literal(answer, words=words)
+    if pred_literal is not None and gold_literal is not None:
+        return ("1" if answers.literal_equal(pred_literal, gold_literal) else "0"), False
+    if len(answer) > _MAX_EXPRESSION:
+        return "T", False
+    answer = answers.unwrap(answers.strip_percent(answer))
+    parts = _split_top(answer, _EQUALS)
+    if len(parts) > 1 and len(_split_top(gold, _EQUALS)) == 1:
+        # An equation answers a value only when every side equals it: x = 3 and 2 + 1 = 3, never 5 = 3.
+        if answers.is_variable(parts[0]):
+            parts = parts[1:]
+        results = [_expression_equal(p, gold, gold_literal, words, timeout_s) for p in parts]
+        return next((v for v, _ in results if v != "1"), "1"), any(used for _, used in results)
+    if _COSTLY.search(answer):
+        return "T", False
+    return _VERIFIER.ask("box", answer, gold, timeout_s), True
 
 
-def _correct(text: str, gold: str, require_boxed: bool, timeout: int | None) -> tuple[bool | None, bool]:
-    """(verdict, answered by the fast path)."""
-    verdict = _fast_verdict(text, gold)
-    if verdict is not None:
-        return verdict, True
-    return _verify_slow(text, gold, require_boxed, timeout), False
+def _judge(text: str, gold: str, form: str, require_boxed: bool, timeout_s: float) -> tuple[float | None, str]:
+    """(score, how): how is "literal" (decided without sympy), "sympy", "none", "hedge", "costly" or "gold"."""
+    gold_literal = answers.parse_literal(gold, lowest_terms=False)
+    if form == "literal":
+        if gold_literal is None:
+            return None, "gold"
+        answer, where = _final_answer(text, require_boxed, False)
+        if where == "text":
+            answer, where = answers.last_line(answer), "anchor"
+        if answer is None:
+            return 0.0, where
+        pred = answers.parse_literal(answer, words=where == "anchor")
+        return float(pred is not None and answers.literal_equal(pred, gold_literal)), "literal"
+    # math-verify gets a literal gold as its plain value (it reads neither "+5" nor "1 000"), and no percent sign.
+    gold = answers.strip_percent(gold) if gold_literal is None else answers.literal_text(gold_literal)
+    answer, where = _final_answer(text, require_boxed, join_boxes=gold_literal is None)
+    if answer is None:
+        if gold_literal is None and _VERIFIER.ask("box", "", gold, timeout_s) == "N":
+            return None, "gold"
+        return 0.0, where
+    if where == "text":
+        costly = _COSTLY.search(answer)
+        verdict, used = ("T", False) if costly else (_VERIFIER.ask("text", answer, gold, timeout_s), True)
+    else:
+        verdict, used = _expression_equal(answer, gold, gold_literal, where == "anchor", timeout_s)
+    if verdict == "N":
+        return None, "gold"
+    if verdict == "T":
+        return 0.0, "costly"
+    return float(verdict == "1"), "sympy" if used else "literal"
+
+
+def _check_params(answer_form: str, timeout_s: float) -> None:
+    if answer_form not in ANSWER_FORMS:
+        raise ValueError(f"answer_form must be one of {ANSWER_FORMS}, got {answer_form!r}: 'literal' for tasks whose "
+                         "answer is a number (arithmetic, GSM8K), 'expression' for symbolic answers (MATH)")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+
+
+def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, skip=None) -> list[float | None]:
+    _check_params(answer_form, timeout_s)
+    scores: list[float | None] = []
+    hows: list[str] = []
+    for i, (text, gold) in enumerate(zip(texts, golds, strict=True)):
+        if skip is not None and skip[i]:
+            scores.append(0.0)
+            continue
+        score, how = _judge(text, str(gold), answer_form, require_boxed, float(timeout_s))
+        scores.append(score)
+        hows.append(how)
+    n = max(len(texts), 1)
+    for metric, kinds in (("gold_unparseable", {"gold"}), ("fast_path_rate", {"literal", "none", "hedge"}),
+                          ("no_answer", {"none"}), ("hedge", {"hedge"}), ("too_costly", {"costly"})):
+        log_metric(metric, sum(h in kinds for h in hows) / n)
+    return scores
 
 
 @reward("math_correctness")
@@ -114,25 +241,24 @@ def math_correctness(
     answer: list[str],
     log_metric,
     *,
+    answer_form: str = "literal",
     require_boxed: bool = True,
-    timeout_s: int = 3,
+    timeout_s: float = 3,
 ) -> list[float | None]:
-    """1.0 when the completion's \\boxed{} (or "final answer is") answer equals the gold under math-verify, else 0.0; None when the gold cannot be parsed.
+    """1.0 when the final answer (last box after </think>, else after "answer is") equals the gold, else 0.0; None when the gold cannot be read.
 
-    require_boxed=False also takes the first bare expression in the text. Do not use it on tasks whose question is
-    an expression: "To calculate 4 + -8, ..." then scores as the answer -4. A GRPO run of the math default learned
-    exactly that restatement within ten steps (bench/README.md)."""
-    timeout = _timeouts(int(timeout_s))
-    scores: list[float | None] = []
-    fast = 0
-    for text, gold in zip(completions, answer, strict=True):
-        verdict, was_fast = _correct(text, str(gold), require_boxed, timeout)
-        fast += was_fast
-        scores.append(None if verdict is None else float(verdict))  # None: an unscorable row teaches nothing
-    n = max(len(scores), 1)
-    log_metric("gold_unparseable", sum(s is None for s in scores) / n)
-    log_metric("fast_path_rate", fast / n)
-    return scores
+    answer_form "literal": the answer must be a number literal (42, -3.5, 1,000, 3/4 in lowest terms, x = 42, 42
+    apples), compared exactly, without sympy; the gold must be a literal too. For tasks whose question is an
+    expression (arithmetic), where math-verify would accept the question copied into the box. "expression": any
+    expression math-verify finds equal (2+1, \\frac{6}{8}, \\sqrt3), judged in a child process killed after timeout_s.
+    Both forms: a hedge (two different final boxes, \\boxed{3, 5}, "3 or 5") scores 0; an equation counts only if every
+    side equals the gold (x = 3 yes, 5 = 3 no); percent signs are dropped on both sides (25% matches 25, 300% not 3);
+    two decimals must be equal exactly (0.1 is not 0.1000004); a fraction matches a decimal of 6+ places it rounds to.
+    Where this differs from math-verify and TRL's accuracy_reward: docs/rewards.md.
+
+    require_boxed=False also reads an answer with no box and no anchor: the last line (literal) or math-verify's pick
+    from the text (expression). Never on tasks whose question is an expression: a restated question then scores."""
+    return _score_all(completions, answer, answer_form, require_boxed, timeout_s, log_metric)
 
 
 def _split_think(text: str, template_opens_think: bool) -> tuple[str, str, str] | None:
@@ -200,27 +326,24 @@ def think_format_if_correct(
     *,
     strict: bool = False,
     template_opens_think: bool = False,
+    answer_form: str = "literal",
     require_boxed: bool = True,
-    timeout_s: int = 3,
+    timeout_s: float = 3,
 ) -> list[float | None]:
-    """1.0 when the think format holds and the answer after </think> is correct (math_correctness); None when the gold cannot be parsed."""
-    timeout = _timeouts(int(timeout_s))
-    scores: list[float | None] = []
-    formatted = 0
-    for text, gold in zip(completions, answer, strict=True):
-        if not _think_ok(text, strict, template_opens_think):
-            scores.append(0.0)  # format fails: no need to pay for verification
-            continue
-        formatted += 1
-        answer_part = text[text.find("</think>") + 8 :]
-        verdict, _ = _correct(answer_part, str(gold), require_boxed, timeout)
-        scores.append(None if verdict is None else float(verdict))
-    log_metric("format_rate", formatted / max(len(completions), 1))
-    return scores
+    """1.0 when the think format holds and the answer after </think> is correct (as math_correctness judges it); None when the gold cannot be read."""
+    unformatted = [not _think_ok(text, strict, template_opens_think) for text in completions]
+    log_metric("format_rate", 1 - sum(unformatted) / max(len(completions), 1))
+    # A failed format scores 0 without verification, whatever the gold.
+    return _score_all(completions, answer, answer_form, require_boxed, timeout_s, log_metric, skip=unformatted)
 
 
 @reward("boxed_format", role="format")
 def boxed_format(completions: list[str]) -> list[float]:
-    """1.0 when the completion puts exactly one final answer in \\boxed{...}, else 0.0."""
-    return [1.0 if text.count("\\boxed{") == 1 and re.search(r"\\boxed\{[^{}]+\}", text) else 0.0
-            for text in completions]
+    """1.0 when the final answer (after </think>) is one non-empty \\boxed{...}: not two differing boxes side by side, not a box left open."""
+    scores = []
+    for text in completions:
+        region = answers.answer_region(text)
+        group = answers.final_box_group(region) if region is not None else None
+        one = answers.single_answer(group) if group else None
+        scores.append(1.0 if one is not None and one.strip() else 0.0)
+    return scores

@@ -24,9 +24,10 @@ LAYERS = [
                   "grpo_recipes.budget"]),
     ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.config", "grpo_recipes.config_files",
                 "grpo_recipes.batching", "grpo_recipes.data", "grpo_recipes.models", "grpo_recipes.registry",
-                "grpo_recipes.reward_check"]),
+                "grpo_recipes.reward_check", "grpo_recipes.hacks"]),
     ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
     ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",
+                "grpo_recipes.answers",
                 "grpo_recipes.sandbox", "grpo_recipes.sandbox.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*"]),
 ]
 
@@ -48,7 +49,8 @@ DYNAMIC_IMPORTS = {
 LAUNCHER_STAYS_LIGHT = ["torch", "transformers", "trl", "datasets", "reasoning_gym", "trackio", "vllm"]
 
 # What a reward file may import from grpo_recipes: the registry (for @reward) and leaves.
-REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.sandbox", "grpo_recipes.sandbox.*",
+REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.sandbox",
+                  "grpo_recipes.sandbox.*",
                   "grpo_recipes.tasks", "grpo_recipes.tasks.*"]
 
 

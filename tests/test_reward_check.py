@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def test_list_shows_contract_of_every_reward(capsys):
     out = capsys.readouterr().out
     for name in SHIPPED:
         assert f"{name}  (" in out
-    assert "columns: answer, gym_entry" in out and "require_boxed=True, timeout_s=3" in out
+    assert "columns: answer, gym_entry" in out and "answer_form='literal', require_boxed=True, timeout_s=3" in out
 
 
 def test_check_reads_rows_file_and_params(tmp_path, capsys):
@@ -144,3 +145,69 @@ def test_check_with_a_recipe_config(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert rc == 0, out + err
     assert "3 rows" in out and "good outranks bad: yes" in out
+
+
+NAIVE = textwrap.dedent('''
+    import re
+    from grpo_recipes.registry import reward
+
+    @reward("naive_contains")
+    def naive_contains(completions, answer):
+        """1.0 when the gold appears anywhere in the completion."""
+        return [1.0 if str(gold) in text else 0.0 for text, gold in zip(completions, answer)]
+
+    @reward("naive_layout", role="format")
+    def naive_layout(completions):
+        """1.0 when the text has the expected layout."""
+        return [1.0 if "\\boxed{" in text or "</think>" in text else 0.0 for text in completions]
+
+    @reward("raises_on_hedge")
+    def raises_on_hedge(completions, answer):
+        """Raises on the word 'or'."""
+        if any(" or " in t for t in completions):
+            raise ValueError("or")
+        return [0.0 for _ in completions]
+''')
+
+
+@pytest.fixture
+def naive_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    (tmp_path / "naive.py").write_text(NAIVE)
+    return tmp_path
+
+
+def test_check_reports_what_a_users_reward_pays_for(naive_dir, capsys):
+    rc = main(["rewards", "check", "naive_contains", "--reward-dir", str(naive_dir), "--rows", "3", "--no-fuzz"])
+    out = capsys.readouterr().out
+    assert rc == 0, out  # paying for hacks is a finding, not a broken contract
+    assert "hack catalog (answer)" in out
+    for name in ("hedge_in_box", "gold_then_wrong", "gold_only_in_think", "false_equation"):
+        assert re.search(rf"PAYS\s+\d\.\d\d\s+{name}:", out), name
+    assert re.search(r"REFUSES\s+\d\.\d\d\s+fullwidth_digits:", out)
+    assert "[the catalog records" not in out  # a user's reward has no catalogued scores
+    paid = re.search(r"pays for (\d+) hack", out)
+    assert paid and int(paid.group(1)) >= 10
+
+
+def test_check_runs_both_format_families_on_an_unspecific_format_reward(naive_dir, capsys):
+    assert main(["rewards", "check", "naive_layout", "--reward-dir", str(naive_dir), "--rows", "2", "--no-fuzz"]) == 0
+    out = capsys.readouterr().out
+    assert "hack catalog (boxed, think)" in out and re.search(r"PAYS\s+1\.00\s+empty_reasoning:", out)
+
+
+def test_a_hack_that_makes_a_reward_raise_breaks_the_contract(naive_dir, capsys):
+    assert main(["rewards", "check", "raises_on_hedge", "--reward-dir", str(naive_dir), "--rows", "1",
+                 "--no-fuzz"]) == 1
+    out = capsys.readouterr().out
+    assert "EXCEPTION hack hedge_after_anchor completion" in out and "contract: BROKEN" in out
+
+
+def test_shipped_reward_check_compares_with_the_catalog(capsys):
+    assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz"]) == 0
+    out = capsys.readouterr().out
+    assert "pays for 0 hack" in out and "REFUSES" in out and "(known: " in out
+    assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
+                 '{"answer_form": "expression"}']) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"PAYS\s+1\.00\s+expression_in_box:.*\(known: expression mode pays", out)

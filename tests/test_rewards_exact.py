@@ -23,11 +23,16 @@ def run(name: str, completions: list[str], **columns) -> tuple[list, dict]:
     ("work \\boxed{\\frac{1}{2}} then <answer>7</answer>", "\\frac{1}{2}"),   # boxed first
     ("\\boxed{1} and later \\boxed{2}", "2"),                                  # the last box
     ("<answer> Paris </answer>\nok", "Paris"),
-    ("line one\n\nThe answer is 42 apples.\n", "42 apples."),
+    ("line one\n\nThe answer is 42 apples.\n", "42 apples"),
+    ("\\boxed{\uff14\uff12}", "42"),                                              # full-width digits read plainly
     ("**Final answer:** 7", "7"),
     ("<think>\\boxed{1}</think>\nAnswer: 2", "2"),                              # reasoning is skipped
     ("<think>still thinking \\boxed{1}", None),
-    ("\\boxed{3", "\\boxed{3"),                                                # unbalanced box: last line
+    ("\\boxed{3", None),                                                      # a last box left open: no answer
+    ("\\boxed{2} then \\boxed{3", None),
+    ("\\boxed{1} or \\boxed{2}", None),                                         # a hedge: no answer
+    ("\\boxed{2} \\boxed{2}", "2"),                                              # the same answer twice is one answer
+    ("\\boxed{1}. Wait, no: \\boxed{2}", "2"),                                    # a correction: the final box
     ("", None),
 ])
 def test_extract_answer(text, expected):

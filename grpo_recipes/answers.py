@@ -1,0 +1,314 @@
+"""Where a completion's final answer is, and whether an answer is a number literal.
+
+Shared by the rewards that read an `answer` column (rewards/math.py, rewards/exact.py), so the policy below is
+written once. docs/rewards.md ("What the answer rewards read") states it for users.
+
+- Only the text after the last </think> counts. A <think> that is never closed means no answer yet.
+- The final answer is the last \\boxed{...} (or \\fbox{...}). Boxes joined to it by nothing but connectors (spacing,
+  punctuation, "or", "and", "maybe"...) belong to the same final answer: if they differ, the answer is a hedge. Boxes
+  separated from it by other words ("Wait, ...") are drafts, and a reasoning model that corrects itself is judged on
+  its last box. A last box left open (a truncated completion) is no answer.
+- Without a box: the text after the last "final answer is", "answer is" or "answer:".
+
+A number literal is an integer, a decimal (1,000.5; 1\\,000; .5; 3.; 1e-7) or a fraction in lowest terms (3/4,
+\\frac{3}{4}, \\frac34), with an optional sign, currency sign, percent sign, unit word or `x =` in front. It is never
+an expression: -9 - 8, (2+3), -(-3), 6/2 and 2^3 are not literals. Full-width and other scripts' digits, Unicode minus
+signs and zero-width characters are read as their plain forms.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from dataclasses import dataclass
+from fractions import Fraction
+
+MAX_CHARS = 20_000  # the answer is at the end; scanning only the tail keeps megabyte completions cheap
+_MAX_NUMBER = 200  # characters in one literal: no answer is longer, and exact arithmetic stays cheap
+
+# ---- text normalisation
+
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))  # zero-width and soft hyphen
+_MINUS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-", "\ufe63": "-"})
+_DIGIT = re.compile(r"\d")
+
+
+def normalize_text(text: str) -> str:
+    """Full-width forms, other scripts' digits, Unicode minus signs and zero-width characters -> their plain forms."""
+    if text.isascii():
+        return text
+    text = unicodedata.normalize("NFKC", text).translate(_INVISIBLE).translate(_MINUS)
+    return _DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(), m.group())), text)
+
+
+# ---- where the final answer is
+
+def answer_region(text: str) -> str | None:
+    """The text after the last </think> (its last MAX_CHARS); None while a <think> is still open."""
+    close = text.rfind("</think>")
+    if close >= 0:
+        text = text[close + 8 :]
+    elif "<think>" in text:
+        return None
+    return text[-MAX_CHARS:]
+
+
+_BOX_TOKENS = re.compile(r"\\(?:boxed|fbox)\s*\{|[{}]")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_WORD = re.compile(r"[A-Za-z]+")
+_CONNECTORS = frozenset({"or", "and", "either", "maybe", "perhaps", "possibly", "alternatively", "also", "both",
+                         "otherwise", "vs", "versus", "text"})
+
+
+def _joined(between: str) -> bool:
+    """True when two boxes are separated only by connectors, i.e. they state one final answer together."""
+    if len(between) > 200:
+        return False
+    return all(w.lower() in _CONNECTORS for w in _WORD.findall(_COMMAND.sub(" ", between)))
+
+
+def final_box_group(region: str) -> tuple[str, ...] | None:
+    """Contents of the boxes that make the final answer, in order; () when the last box is left open; None: no box.
+
+    One linear pass over braces: completions can be megabytes of nested braces.
+    """
+    stack: list[tuple[bool, int, int]] = []  # (is a box, where its content starts, where the command starts)
+    boxes: list[tuple[int, int, int]] = []  # top-level boxes: (command start, content start, closing brace)
+    open_boxes = 0
+    for m in _BOX_TOKENS.finditer(region):
+        token = m.group()
+        if token == "}":
+            if not stack:
+                continue
+            is_box, content_start, start = stack.pop()
+            if is_box:
+                open_boxes -= 1
+                if open_boxes == 0:
+                    boxes.append((start, content_start, m.start()))
+        else:
+            is_box = token != "{"
+            stack.append((is_box, m.end(), m.start()))
+            open_boxes += is_box
+    unclosed = [start for is_box, _, start in stack if is_box]
+    if unclosed and (not boxes or unclosed[0] > boxes[-1][0]):
+        return ()
+    if not boxes:
+        return None
+    group = [boxes[-1]]
+    for box in reversed(boxes[:-1]):
+        if not _joined(region[box[2] + 1 : group[0][0]]):
+            break
+        group.insert(0, box)
+    return tuple(region[content_start:end] for _, content_start, end in group)
+
+
+_ANCHOR = re.compile(r"(?i)\banswer(?:\*\*)?\s*(?:is\b\s*:?|:)(?:\*\*)?")
+_DISPLAY = (("$$", "$$"), ("\\[", "\\]"), ("$", "$"), ("\\(", "\\)"))
+_SENTENCE_END = re.compile(r"\.(?:\s|$)|\n")
+
+
+def anchored_answer(region: str) -> str | None:
+    """The answer stated after the last "answer is" / "answer:" (math delimiters kept), or None."""
+    last = None
+    for last in _ANCHOR.finditer(region):
+        pass
+    if last is None:
+        return None
+    rest = region[last.end() :].lstrip(" \t*")
+    for opening, closing in _DISPLAY:
+        if rest.startswith(opening):
+            end = rest.find(closing, len(opening))
+            if end > 0:
+                return rest[: end + len(closing)].strip() or None
+    cut = _SENTENCE_END.search(rest)
+    answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()
+    return answer or None
+
+
+def last_line(region: str) -> str | None:
+    lines = [line.strip() for line in region.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+# ---- number literals
+
+@dataclass(frozen=True)
+class Literal:
+    value: Fraction
+    places: int  # digits after the decimal point as written (0 for integers and fractions)
+    fraction: bool  # written as a/b or \frac{a}{b}
+    percent: bool
+
+
+def _closing(text: str, open_at: int) -> int:
+    """Index of the brace closing the one at open_at, or -1."""
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+_GROUP = re.compile(r"(?:\\(?:boxed|fbox|text|textbf|textrm|textnormal|mathrm|mathbf|mbox))?\s*\{")
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("\\left(", "\\right)"), ("(", ")"))
+
+
+def unwrap(text: str) -> str:
+    """Strip what encloses the whole text: math delimiters, \\boxed{}, \\text{}, braces, parentheses, a final period."""
+    for _ in range(10):
+        before = text
+        text = text.strip().replace("\\displaystyle", "").strip()
+        if text.endswith(".") and not text.endswith(".."):
+            text = text[:-1].rstrip()
+        for opening, closing in _DELIMITERS:
+            if text.startswith(opening) and text.endswith(closing) and len(text) > len(opening) + len(closing) - 1:
+                inner = text[len(opening) : len(text) - len(closing)]
+                if opening != "(" or _balanced_parens(inner):
+                    text = inner
+                    break
+        m = _GROUP.match(text)
+        if m and _closing(text, m.end() - 1) == len(text) - 1:
+            text = text[m.end() : -1]
+        if text == before:
+            return text
+    return text
+
+
+def _balanced_parens(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+_PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*(?:percent|%)\s*\}|\bpercent)\s*$")
+# Words that make a phrase around a number more than a unit or a label: "3 or 5", "3 or more", "minus 5".
+_STOP_WORDS = frozenset({"or", "and", "to", "plus", "minus", "times", "over", "divided", "than", "more", "less",
+                         "not", "nor", "least", "most", "about", "approximately", "between", "from", "per", "negative",
+                         "sqrt", "frac", "pi", "either"})
+_UNIT = re.compile(
+    r"(?:\s*\\(?:text|textnormal|textrm|mbox|mathrm)\s*\{\s*([A-Za-z][A-Za-z .]*)\}"
+    r"|\s+([A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)"
+    r"|\s*(?:\^\s*\{?\s*\\circ\s*\}?|°))"
+    r"(?:\s*\^\s*\{?\s*[23]\s*\}?)?\s*$")
+_VARIABLE = re.compile(r"\s*(?:[A-DF-HJ-Za-df-hj-z]|\\(?:alpha|beta|gamma|delta|theta|lambda|mu|sigma|phi|omega|"
+                       r"rho|tau))(?:_\{?\w+\}?)?\s*")
+_PHRASE = re.compile(r"[A-Za-z][A-Za-z ]*")
+_LEAD_WORDS = re.compile(r"[A-Za-z][A-Za-z\s,:;'’]*(?:\s|:)")
+_SPACING = [("{,}", ","), (",\\!", ","), ("\\!", ""), ("\\,", " "), ("\\;", " "), ("\\ ", " "), ("~", " ")]
+_CURRENCY = r"(?:\\\$|\$|€|£|¥|₹)"
+_DECIMAL = r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d*)?|\.\d+"
+_NUMBER = re.compile(
+    rf"([-+]?)\s*{_CURRENCY}?\s*([-+]?)\s*(?:"
+    rf"(?P<dec>{_DECIMAL})(?:[eE](?P<exp>[-+]?\d{{1,4}}))?"
+    r"|\\[dtc]?frac\s*(?:\{\s*(?P<fn>-?\d+)\s*\}|(?P<fn1>\d))\s*(?:\{\s*(?P<fd>\d+)\s*\}|(?P<fd1>\d))"
+    r"|(?P<sn>\d+)\s*/\s*(?P<sd>\d+))")
+
+
+def _stop(phrase: str, single_letters: bool = False) -> bool:
+    words = [w.lower() for w in _WORD.findall(phrase)]
+    return any(w in _STOP_WORDS or (single_letters and len(w) == 1) for w in words)
+
+
+def parse_literal(text: str, *, words: bool = False, lowest_terms: bool = True) -> Literal | None:
+    """The number `text` states as a literal (module docstring), or None when it is anything else.
+
+    words=True also accepts a leading phrase ("So she has 42 apples"), for answers written as a sentence.
+    lowest_terms=False accepts fractions such as 2/4 (for gold answers, which the dataset wrote, not the policy).
+    """
+    if len(text) > 4 * _MAX_NUMBER:  # a number, even with a unit and a label, is short; unwrapping is linear per pass
+        return None
+    text = unwrap(normalize_text(text))
+    percent = _PERCENT.search(text)
+    if percent:
+        text = unwrap(text[: percent.start()])
+    if "=" in text:
+        lhs, _, rhs = text.partition("=")
+        label = words and _PHRASE.fullmatch(lhs.strip()) and not _stop(lhs)
+        if "=" in rhs or not (_VARIABLE.fullmatch(lhs) or label):
+            return None
+        text = unwrap(rhs)
+    elif words and (lead := _LEAD_WORDS.match(text)) and not _stop(lead.group()):
+        text = text[lead.end() :].lstrip(" :")
+    unit = _UNIT.search(text)
+    if unit and not _stop(unit.group(1) or unit.group(2) or "", single_letters=unit.group(2) is not None):
+        text = unwrap(text[: unit.start()])
+    if not percent and (percent := _PERCENT.search(text)):
+        text = text[: percent.start()]
+    for old, new in _SPACING:
+        text = text.replace(old, new)
+    m = _NUMBER.fullmatch(text.strip())
+    if m is None or len(text) > _MAX_NUMBER or (m.group(1) and m.group(2)):
+        return None
+    negative = "-" in (m.group(1) + m.group(2))
+    if m.group("dec") is not None:
+        digits = m.group("dec").replace(",", "").replace(" ", "")
+        exponent = int(m.group("exp") or 0)
+        value = Fraction(digits.rstrip(".") or "0") * Fraction(10) ** exponent
+        places = max(0, len(digits.partition(".")[2]) - exponent)
+        literal = Literal(-value if negative else value, places, False, bool(percent))
+    else:
+        num = int(m.group("fn") or m.group("fn1") or m.group("sn"))
+        den = int(m.group("fd") or m.group("fd1") or m.group("sd"))
+        if den == 0 or (lowest_terms and (den < 2 or math.gcd(num, den) != 1)):
+            return None
+        value = Fraction(num, den)
+        literal = Literal(-value if negative else value, 0, True, bool(percent))
+    return literal
+
+
+def literal_equal(pred: Literal, gold: Literal) -> bool:
+    """Equal values; or a fraction and a decimal of at least 6 places that is that fraction rounded (0.333333 and
+    1/3, as math-verify's 6-place rounding allows). 0.33 is not 1/3: a short decimal may be exact, and a fraction
+    near it would otherwise pass (2/7 for 0.3). Percent signs are ignored on both sides: 25% matches 25, not 0.25."""
+    if pred.value == gold.value:
+        return True
+    decimal, fraction = (gold, pred) if gold.places else (pred, gold)
+    if fraction.fraction and decimal.places >= 6:
+        return abs(pred.value - gold.value) * 2 * 10**decimal.places <= 1
+    return False
+
+
+def single_answer(group: tuple[str, ...]) -> str | None:
+    """The one answer a final box group states, or None when its boxes state different things (a hedge)."""
+    if not group:
+        return None
+    keys = {re.sub(r"\s+", "", normalize_text(c)) for c in group}
+    if len(keys) == 1:
+        return group[-1]
+    values = [parse_literal(c) for c in group]
+    if all(v is not None for v in values) and all(literal_equal(v, values[0]) for v in values):
+        return group[-1]
+    return None
+
+
+def strip_percent(text: str) -> str:
+    """`text` without a final percent sign (or "percent"): the math rewards compare 25% with 25, not with 0.25."""
+    inner = unwrap(text)
+    m = _PERCENT.search(inner)
+    return inner[: m.start()].strip() if m else text
+
+
+def is_variable(text: str) -> bool:
+    """A single letter (not e or i), optionally subscripted, or a Greek variable: the x of `x = 3`."""
+    return _VARIABLE.fullmatch(text) is not None
+
+
+def literal_text(literal: Literal) -> str:
+    """The literal's value written plainly ("5", "-0.25", "\\frac{3}{4}"): math-verify misreads "+5" and "1 000"."""
+    value = literal.value
+    if value.denominator == 1:
+        return str(value.numerator)
+    if literal.places:
+        scaled = value * 10**literal.places
+        if scaled.denominator == 1:
+            digits = str(abs(scaled.numerator)).rjust(literal.places + 1, "0")
+            return f"{'-' if value < 0 else ''}{digits[: -literal.places]}.{digits[-literal.places:]}"
+    return f"{'-' if value < 0 else ''}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"

@@ -1,0 +1,438 @@
+"""The hack catalog: known ways to game a reward, and the score each must get.
+
+`grpo-recipes rewards check NAME` runs the part of this catalog that matches what a reward reads, on any reward (a
+user's own included), and reports what it pays for; tests/test_hack_catalog.py holds every shipped reward to the
+scores written here. A reward "reads" a target when:
+
+- "answer": it has an `answer` column (math_correctness, exact_match, numeric_match, reasoning_gym_score...);
+- "think" / "boxed": it is a format reward (role "format") whose name or docstring mentions think tags / boxes, or a
+  reward with an `answer` column whose name mentions think (think_format_if_correct: both the format and the answer);
+- "schema" / "gold": it has a `schema` / `gold` column (the JSON rewards);
+- "tokens": it reads `completion_ids` (the length and repetition guards).
+
+Each entry is a completion built from a row (None when the row cannot carry it, e.g. a numeric trick on a text gold):
+- kind "hack": a person would mark it wrong. A reward must score it no higher than a wrong answer.
+- kind "fair": a person would accept it. A reward should score it like the right answer.
+`expect` gives the score for shipped rewards (profile -> score, or an inclusive (low, high) range); `default` covers
+shipped rewards of the target that are not listed. Where a shipped reward pays for a hack or refuses a fair answer,
+`gaps` says why: these are the documented limits (docs/rewards.md, "What the rewards do not protect").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS = "answer", "think", "boxed", "schema", "gold", "tokens"
+EXPRESSION = "math_correctness[answer_form=expression]"  # the profile for math_correctness with symbolic answers
+Score = float | tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Hack:
+    name: str
+    target: str
+    kind: str  # "hack" or "fair"
+    what: str
+    make: Callable[[dict, dict], str | None]  # (row, params) -> completion
+    default: Score | None = None
+    expect: dict[str, Score] = field(default_factory=dict)
+    gaps: dict[str, str] = field(default_factory=dict)
+
+    def expected(self, profile: str) -> Score | None:
+        return self.expect.get(profile, self.default)
+
+
+def profile(name: str, params: dict, defaults: dict) -> str:
+    """`name`, or `name[k=v,...]` for the params that differ from the reward's defaults."""
+    changed = [f"{k}={v}" for k, v in sorted(params.items()) if defaults.get(k, object()) != v]
+    return f"{name}[{','.join(changed)}]" if changed else name
+
+
+def within(score: float | None, expected: Score) -> bool:
+    if score is None:
+        return False
+    low, high = expected if isinstance(expected, tuple) else (expected, expected)
+    return low - 1e-9 <= score <= high + 1e-9
+
+
+def targets(name: str, columns: tuple[str, ...], role: str | None, context: tuple[str, ...], doc: str) -> set[str]:
+    """What a reward reads, from its signature, its role and what its name (else its docstring) says it checks."""
+    found = {t for t in (ANSWER, SCHEMA, GOLD) if t in columns}
+    name = name.lower()
+    if ANSWER in found and "think" in name:
+        found.add(THINK)
+    if role == "format" and not found & {SCHEMA, GOLD}:
+        said = {t for t, word in ((THINK, "think"), (BOXED, "box")) if word in name}
+        said = said or {t for t, word in ((THINK, "think"), (BOXED, "box")) if word in doc.lower()}
+        found |= said or {THINK, BOXED}  # a format reward that does not say which: both families apply
+    if "completion_ids" in context:
+        found.add(TOKENS)
+    return found
+
+
+# ---- row helpers
+
+_EXPR = re.compile(r"(?:[-(]\s*)*\d[\d\s.+\-*/×÷^()]*[\d)]")
+_OPERATOR = re.compile(r"\d\s*\)*\s*[-+*/×÷^]\s*[-(]*\s*\d")
+
+
+def question_expression(question: str) -> str | None:
+    """The arithmetic expression a question asks about ("Calculate ( -9 - 8 )." -> "( -9 - 8 )"), or None."""
+    found = [m.group().strip() for m in _EXPR.finditer(question[:2000]) if _OPERATOR.search(m.group())]
+    return max(found, key=len) if found else None
+
+
+def wrong_answer(answer: str) -> str:
+    try:
+        value = float(answer.replace(",", ""))
+    except ValueError:
+        return "none of the above"
+    return str(int(value) + 1) if value.is_integer() else str(value + 1)
+
+
+def _gold(row: dict) -> str | None:
+    return str(row["answer"]).strip() if row.get("answer") not in (None, "") else None
+
+
+def _int_gold(row: dict) -> int | None:
+    gold = _gold(row)
+    return int(gold) if gold is not None and re.fullmatch(r"-?\d+", gold) else None
+
+
+def _with_int(build: Callable[[int, str], str | None]) -> Callable[[dict, dict], str | None]:
+    def make(row: dict, params: dict) -> str | None:
+        value = _int_gold(row)
+        return None if value is None else build(value, wrong_answer(str(value)))
+    return make
+
+
+def _with_gold(build: Callable[[str, str], str]) -> Callable[[dict, dict], str | None]:
+    def make(row: dict, params: dict) -> str | None:
+        gold = _gold(row)
+        return None if gold is None else build(gold, wrong_answer(gold))
+    return make
+
+
+def _with_expression(build: Callable[[str], str]) -> Callable[[dict, dict], str | None]:
+    def make(row: dict, params: dict) -> str | None:
+        expression = question_expression(str(row.get("question", "")))
+        return None if expression is None else build(expression)
+    return make
+
+
+def _digits(value: int, zero: str) -> str:
+    return "".join(chr(ord(zero) + int(c)) if c.isdigit() else c for c in str(value))
+
+
+# reasoning-gym's own scorer gives partial credit len(gold)/len(answer) to any answer that contains the gold.
+_RG_PARTIAL = (0.01, 0.99)
+_RG_WHY = "reasoning-gym's scorer pays len(gold)/len(answer) for any answer that contains the gold"
+_LITERAL_WHY = "answer_form literal wants the number itself; expression mode accepts it"
+_EXACT_WHY = "exact_match compares strings: only case, spacing, $, \\text{}, quotes and a final period are ignored"
+
+# ---- the answer catalog
+
+ANSWER_HACKS = [
+    Hack("question_in_box", ANSWER, "hack", "the whole question copied into the box",
+         lambda row, p: f"\\boxed{{{row['question']}}}" if row.get("question") else None, default=0.0),
+    Hack("expression_in_box", ANSWER, "hack", "the question's expression restated in the box: \\boxed{( -9 - 8 )}",
+         _with_expression(lambda e: f"\\boxed{{{e}}}"), default=0.0,
+         expect={EXPRESSION: 1.0}, gaps={EXPRESSION: "expression mode pays any expression equal to the gold: use "
+                                        "literal for tasks whose question is an expression"}),
+    Hack("expression_in_parens", ANSWER, "hack", "the expression in parentheses: \\boxed{(( -9 - 8 ))}",
+         _with_expression(lambda e: f"\\boxed{{({e})}}"), default=0.0, expect={EXPRESSION: 1.0},
+         gaps={EXPRESSION: "expression mode pays any expression equal to the gold"}),
+    Hack("expression_in_dollars", ANSWER, "hack", "\"The final answer is $<expression>$\"",
+         _with_expression(lambda e: f"The final answer is ${e}$."), default=0.0, expect={EXPRESSION: 1.0},
+         gaps={EXPRESSION: "expression mode pays any expression equal to the gold"}),
+    Hack("expression_after_anchor", ANSWER, "hack", "\"The final answer is <expression>\" without delimiters",
+         _with_expression(lambda e: f"The final answer is {e}"), default=0.0, expect={EXPRESSION: 1.0},
+         gaps={EXPRESSION: "expression mode pays any expression equal to the gold"}),
+    Hack("restated_question", ANSWER, "hack", "a restatement boxing the expression: 'To solve for \\boxed{2 + 3} ...'",
+         _with_expression(lambda e: f"To solve for \\boxed{{{e}}} we add the two numbers."), default=0.0,
+         expect={EXPRESSION: 1.0}, gaps={EXPRESSION: "expression mode pays any expression equal to the gold"}),
+    Hack("work_equals_gold", ANSWER, "fair", "the expression and its value: \\boxed{-9 - 8 = -17}",
+         lambda row, p: (None if (e := question_expression(str(row.get("question", "")))) is None or _gold(row) is None
+                         else f"\\boxed{{{e} = {_gold(row)}}}"),
+         default=1.0, expect={"math_correctness": 0.0, "think_format_if_correct": 0.0, "numeric_match": 0.0,
+                              "exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"math_correctness": _LITERAL_WHY, "think_format_if_correct": _LITERAL_WHY,
+               "numeric_match": "numeric_match reads an answer with one number only", "exact_match": _EXACT_WHY,
+               "reasoning_gym_score": _RG_WHY}),
+    Hack("false_equation", ANSWER, "hack", "a false equation whose right side is the gold: \\boxed{<wrong> = <gold>}",
+         _with_gold(lambda g, w: f"\\boxed{{{w} = {g}}}"), default=0.0, expect={"reasoning_gym_score": _RG_PARTIAL},
+         gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",
+         _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ or }} {w}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("hedge_comma", ANSWER, "hack", "a list where one value is expected: \\boxed{<gold>, <wrong>}",
+         _with_gold(lambda g, w: f"\\boxed{{{g}, {w}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("hedge_two_boxes", ANSWER, "hack", "\\boxed{<wrong>} or \\boxed{<gold>}",
+         _with_gold(lambda g, w: f"The answer is \\boxed{{{w}}} or \\boxed{{{g}}}."), default=0.0),
+    Hack("hedge_adjacent_boxes", ANSWER, "hack", "two different final boxes side by side",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} \\boxed{{{w}}}"), default=0.0),
+    Hack("hedge_after_anchor", ANSWER, "hack", "\"The final answer is <gold> or <wrong>.\"",
+         _with_gold(lambda g, w: f"The final answer is {g} or {w}."), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("plus_minus", ANSWER, "hack", "both signs at once: \\boxed{\\pm <gold>}",
+         _with_int(lambda v, w: f"\\boxed{{\\pm {abs(v)}}}" if v else None), default=0.0,
+         expect={"reasoning_gym_score": (0.0, 0.99)}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("gold_then_wrong", ANSWER, "hack", "the gold in a draft box, a wrong final box",
+         _with_gold(lambda g, w: f"First guess: \\boxed{{{g}}}. Wait, that is wrong. So \\boxed{{{w}}}."),
+         default=0.0),
+    Hack("gold_only_in_think", ANSWER, "hack", "the gold boxed inside <think>, no answer after it",
+         _with_gold(lambda g, w: f"<think>The answer is \\boxed{{{g}}}.</think> I am not sure."), default=0.0),
+    Hack("gold_in_open_think", ANSWER, "hack", "the gold boxed inside a <think> never closed",
+         _with_gold(lambda g, w: f"<think>The answer is \\boxed{{{g}}}."), default=0.0),
+    Hack("empty_box", ANSWER, "hack", "an empty final box", lambda row, p: "The answer is \\boxed{}.", default=0.0),
+    Hack("gold_before_empty_box", ANSWER, "hack", "the gold written just before an empty box: 3\\boxed{}",
+         _with_gold(lambda g, w: f"The answer is {g}\\boxed{{}}"), default=0.0),
+    Hack("open_box", ANSWER, "hack", "a final box never closed (a truncated completion)",
+         _with_gold(lambda g, w: f"The answer is \\boxed{{{g}"), default=0.0),
+    Hack("percent_scaled", ANSWER, "hack", "the gold times 100 with a percent sign: \\boxed{300\\%} for 3",
+         _with_int(lambda v, w: f"\\boxed{{{100 * v}\\%}}" if v else None), default=0.0,
+         expect={"reasoning_gym_score": (0.0, 0.99)}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("near_miss_decimal", ANSWER, "hack", "a decimal off by 4e-7: \\boxed{3.0000004} for 3",
+         _with_int(lambda v, w: f"\\boxed{{{v}.0000004}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("double_negation", ANSWER, "hack", "an expression, not a number: \\boxed{-(-3)}",
+         _with_int(lambda v, w: f"\\boxed{{-({-v})}}"), default=0.0,
+         expect={EXPRESSION: 1.0, "reasoning_gym_score": (0.0, 0.99)},
+         gaps={EXPRESSION: "expression mode pays any expression equal to the gold", "reasoning_gym_score": _RG_WHY}),
+    Hack("unreduced_fraction", ANSWER, "hack", "a fraction not in lowest terms: \\boxed{6/2} for 3",
+         _with_int(lambda v, w: f"\\boxed{{{2 * v}/2}}"), default=0.0,
+         expect={EXPRESSION: 1.0, "reasoning_gym_score": (0.0, 0.99)},
+         gaps={EXPRESSION: "expression mode pays any expression equal to the gold", "reasoning_gym_score": _RG_WHY}),
+    Hack("nested_box_hedge", ANSWER, "hack", "two boxes inside one: \\boxed{\\boxed{<gold>}\\boxed{<wrong>}}",
+         _with_gold(lambda g, w: f"\\boxed{{\\boxed{{{g}}}\\boxed{{{w}}}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("bidi_reversed", ANSWER, "hack", "the digits reversed after a right-to-left override: it shows as the gold",
+         _with_int(lambda v, w: f"\\boxed{{\u202e{str(v)[::-1]}}}" if abs(v) >= 10 else None), default=0.0),
+    Hack("answer_early_then_padding", ANSWER, "fair", "the boxed gold, then 30,000 characters without an answer",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}}" + " and so on" * 3000), default=0.0,
+         gaps={"*": "only the last 20,000 characters are read: an answer buried before that counts as none"}),
+    # Forms a person accepts: a reward that refuses them teaches the policy to avoid correct answers.
+    Hack("long_reasoning_then_answer", ANSWER, "fair", "100,000 characters of reasoning, then the boxed gold",
+         _with_gold(lambda g, w: "Let me think. " * 7000 + f"So the answer is \\boxed{{{g}}}."), default=1.0),
+    Hack("self_correction", ANSWER, "fair", "a wrong draft box, then 'Wait' and the right final box",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}. Wait, let me check that again. So the answer is \\boxed{{{g}}}."),
+         default=1.0),
+    Hack("draft_in_think", ANSWER, "fair", "<think>try \\boxed{<wrong>}</think> \\boxed{<gold>}",
+         _with_gold(lambda g, w: f"<think>try \\boxed{{{w}}}</think> \\boxed{{{g}}}"), default=1.0),
+    Hack("dollar_box", ANSWER, "fair", "$\\boxed{<gold>}$", _with_gold(lambda g, w: f"So it is $\\boxed{{{g}}}$."),
+         default=1.0),
+    Hack("anchor_plain", ANSWER, "fair", "\"The final answer is <gold>.\" without a box",
+         _with_gold(lambda g, w: f"The final answer is {g}."), default=1.0),
+    Hack("code_block", ANSWER, "fair", "the box inside a code block, followed by text",
+         _with_gold(lambda g, w: f"```\n\\boxed{{{g}}}\n```\nHope this helps!"), default=1.0),
+    Hack("text_in_box", ANSWER, "fair", "\\boxed{\\text{<gold>}}", _with_gold(lambda g, w: f"\\boxed{{\\text{{{g}}}}}"),
+         default=1.0, expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("double_braces", ANSWER, "fair", "\\boxed{{<gold>}}", _with_gold(lambda g, w: f"\\boxed{{{{{g}}}}}"),
+         default=1.0, expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("nested_box", ANSWER, "fair", "\\boxed{\\boxed{<gold>}}",
+         _with_gold(lambda g, w: f"\\boxed{{\\boxed{{{g}}}}}"),
+         default=1.0, expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("fbox", ANSWER, "fair", "\\fbox{<gold>}", _with_gold(lambda g, w: f"\\fbox{{{g}}}"), default=1.0),
+    Hack("trailing_zero", ANSWER, "fair", "\\boxed{3.0} for 3", _with_int(lambda v, w: f"\\boxed{{{v}.0}}"),
+         default=1.0, expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("leading_zero", ANSWER, "fair", "\\boxed{03} for 3",
+         _with_int(lambda v, w: f"\\boxed{{{'-' if v < 0 else ''}0{abs(v)}}}"), default=1.0,
+         expect={"exact_match": 0.0, "reasoning_gym_score": (0.0, 0.99)},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": "reasoning-gym compares strings"}),
+    Hack("explicit_plus", ANSWER, "fair", "\\boxed{+3} for 3",
+         _with_int(lambda v, w: f"\\boxed{{+{v}}}" if v >= 0 else None), default=1.0,
+         expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("assignment", ANSWER, "fair", "\\boxed{x = <gold>}", _with_gold(lambda g, w: f"\\boxed{{x = {g}}}"),
+         default=1.0, expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("unit_word", ANSWER, "fair", "\\boxed{<gold> \\text{ apples}}",
+         _with_int(lambda v, w: f"\\boxed{{{v} \\text{{ apples}}}}"), default=1.0,
+         expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("fullwidth_digits", ANSWER, "fair", "full-width digits: \\boxed{３}",
+         _with_int(lambda v, w: f"\\boxed{{{_digits(v, '０')}}}"), default=1.0),
+    Hack("arabic_indic_digits", ANSWER, "fair", "Arabic-Indic digits: \\boxed{٣}",
+         _with_int(lambda v, w: f"\\boxed{{{_digits(v, '٠')}}}"), default=1.0),
+    Hack("zero_width_space", ANSWER, "fair", "a zero-width space inside the answer",
+         _with_gold(lambda g, w: f"\\boxed{{{g[:1]}\u200b{g[1:]}}}"), default=1.0),
+    Hack("unicode_minus", ANSWER, "fair", "a Unicode minus sign: \\boxed{−3}",
+         _with_int(lambda v, w: f"\\boxed{{\u2212{-v}}}" if v < 0 else None), default=1.0),
+]
+
+# ---- format catalogs: the answer part is the row's gold, so only the format decides
+
+
+def _answer_part(row: dict) -> str:
+    gold = _gold(row)
+    return f"The answer is \\boxed{{{gold}}}." if gold is not None else "The answer is \\boxed{42}."
+
+
+def _think(build: Callable[[str], str]) -> Callable[[dict, dict], str]:
+    return lambda row, params: build(_answer_part(row))
+
+
+_SHAPE_ONLY = "a format reward checks the shape, not the content: pair it with a correctness reward"
+_TAG_COUNT = "think_tag_count gives credit per well-placed tag (open-r1's tag_count_reward), whatever is between them"
+THINK_HACKS = [
+    Hack("empty_reasoning", THINK, "hack", "<think></think> with nothing inside",
+         _think(lambda a: f"<think></think>\n{a}"), default=0.0),
+    Hack("blank_reasoning", THINK, "hack", "a think block holding only whitespace",
+         _think(lambda a: f"<think>\n \n</think>\n{a}"), default=0.0, expect={"think_tag_count": 1.0},
+         gaps={"think_tag_count": _TAG_COUNT}),
+    Hack("no_answer_after_think", THINK, "hack", "a think block and nothing after it",
+         lambda row, p: "<think>\nLet me think about it.\n</think>\n", default=0.0, expect={"think_tag_count": 1.0},
+         gaps={"think_tag_count": _TAG_COUNT}),
+    Hack("junk_reasoning", THINK, "hack", "one character of reasoning",
+         _think(lambda a: f"<think>\n.\n</think>\n{a}"), default=1.0,
+         gaps={"*": _SHAPE_ONLY + " (think_format_if_correct: the answer is right, the reasoning is junk)"}),
+    Hack("repeated_blocks", THINK, "hack", "two think blocks",
+         _think(lambda a: f"<think>\nfirst\n</think>\n<think>\nsecond\n</think>\n{a}"), default=0.0),
+    Hack("nested_blocks", THINK, "hack", "a think block inside another",
+         _think(lambda a: f"<think>\n<think>\nx\n</think>\n</think>\n{a}"), default=0.0,
+         expect={"think_tag_count": 0.5}, gaps={"think_tag_count": _TAG_COUNT}),
+    Hack("reversed_tags", THINK, "hack", "</think> before <think>",
+         _think(lambda a: f"</think>\nreasoning\n<think>\n{a}"), default=0.0, expect={"think_tag_count": 0.5},
+         gaps={"think_tag_count": _TAG_COUNT}),
+    Hack("unclosed_think", THINK, "hack", "a think block never closed",
+         _think(lambda a: f"<think>\nreasoning {a}"), default=0.0, expect={"think_tag_count": 0.5},
+         gaps={"think_tag_count": _TAG_COUNT}),
+]
+
+BOXED_HACKS = [
+    Hack("blank_box", BOXED, "hack", "\\boxed{ } holding only a space", lambda row, p: "The answer is \\boxed{ }.",
+         default=0.0),
+    Hack("empty_box_format", BOXED, "hack", "\\boxed{}", lambda row, p: "The answer is \\boxed{}.", default=0.0),
+    Hack("two_final_boxes", BOXED, "hack", "two different boxes side by side", lambda row, p: "\\boxed{1} \\boxed{2}",
+         default=0.0),
+    Hack("open_box_format", BOXED, "hack", "a box never closed", lambda row, p: "The answer is \\boxed{12",
+         default=0.0),
+    Hack("box_only_in_think", BOXED, "hack", "the only box inside <think>",
+         lambda row, p: "<think>\n\\boxed{1}\n</think>\nI do not know.", default=0.0),
+    Hack("junk_in_box", BOXED, "hack", "a box around words", lambda row, p: "\\boxed{banana}", default=1.0,
+         gaps={"*": _SHAPE_ONLY}),
+    Hack("fraction_box", BOXED, "fair", "a box with nested braces: \\boxed{\\frac{1}{2}}",
+         lambda row, p: "So \\boxed{\\frac{1}{2}}.", default=1.0),
+    Hack("corrected_box", BOXED, "fair", "a draft box, 'Wait', and a final box",
+         lambda row, p: "\\boxed{1}. Wait, that is wrong: \\boxed{2}.", default=1.0),
+]
+
+# ---- JSON catalogs
+
+
+def _gold_object(row: dict) -> dict | None:
+    try:
+        value = json.loads(row["gold"]) if isinstance(row.get("gold"), str) else row.get("gold")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and value else None
+
+
+def _with_object(build: Callable[[dict, dict], str | None]) -> Callable[[dict, dict], str | None]:
+    def make(row: dict, params: dict) -> str | None:
+        obj = _gold_object(row)
+        if obj is None:
+            return None
+        return build(obj, {k: _wrong_value(v) for k, v in obj.items()})
+    return make
+
+
+def _wrong_value(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return -12345
+    if isinstance(value, str):
+        return "zzz"
+    return "zzz" if value is None or value == [] or value == {} else type(value)()
+
+
+def _nan_numbers(obj: dict) -> str | None:
+    numeric = [k for k, v in obj.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numeric:
+        return None
+    return "{" + ", ".join(f"{json.dumps(k)}: " + ("NaN" if k in numeric else json.dumps(v))
+                           for k, v in obj.items()) + "}"
+
+
+def _duplicate_key(obj: dict, wrong: dict) -> str:
+    key = next(iter(obj))
+    return "{" + f"{json.dumps(key)}: {json.dumps(wrong[key])}, " + json.dumps(obj)[1:]
+
+
+_PARTIAL_FLOOR = "json_schema gives 0.1 to any JSON object, so that a parseable answer outranks none"
+JSON_HACKS = [
+    Hack("empty_object", SCHEMA, "hack", "{}", lambda row, p: "{}", expect={"json_schema": (0.1, 0.1)},
+         gaps={"json_schema": _PARTIAL_FLOOR}),
+    Hack("schema_echoed", SCHEMA, "hack", "the row's schema returned as the answer",
+         lambda row, p: str(row["schema"]) if row.get("schema") else None, expect={"json_schema": (0.1, 0.1)},
+         gaps={"json_schema": _PARTIAL_FLOOR}),
+    Hack("nan_numbers", SCHEMA, "hack", "NaN for every number (NaN passes 'type: number' and every bound)",
+         _with_object(lambda o, w: _nan_numbers(o)), default=0.0),
+    Hack("duplicate_key", SCHEMA, "hack", "one key twice, a wrong value and the gold: json.loads keeps the last",
+         _with_object(_duplicate_key), default=0.0),
+    Hack("object_only_in_think", SCHEMA, "hack", "the object inside <think>, nothing after it",
+         _with_object(lambda o, w: f"<think>{json.dumps(o)}</think> done"), default=0.0),
+    Hack("object_in_open_think", SCHEMA, "hack", "the object inside a <think> never closed",
+         _with_object(lambda o, w: f"<think>{json.dumps(o)}"), default=0.0),
+    Hack("corrected_object", SCHEMA, "fair", "a wrong draft object, then the right one",
+         _with_object(lambda o, w: f"Draft: {json.dumps(w)}\nFixed:\n```json\n{json.dumps(o)}\n```"), default=1.0),
+    Hack("object_then_prose", SCHEMA, "fair", "the object followed by a sentence with braces in it",
+         _with_object(lambda o, w: f"{json.dumps(o)}\nNote: fields use {{braces}} in the schema."), default=1.0),
+]
+GOLD_HACKS = [
+    Hack("empty_object_fields", GOLD, "hack", "{}", lambda row, p: "{}", default=0.0),
+    Hack("nan_fields", GOLD, "hack", "NaN for every number", _with_object(lambda o, w: _nan_numbers(o)),
+         default=0.0),
+    Hack("duplicate_key_fields", GOLD, "hack", "one key twice, a wrong value and the gold",
+         _with_object(_duplicate_key), default=0.0),
+    Hack("list_of_candidates", GOLD, "hack", "every field a list of a wrong value and the gold",
+         _with_object(lambda o, w: json.dumps({k: [w[k], v] for k, v in o.items()})), default=0.0),
+    Hack("fields_only_in_think", GOLD, "hack", "the object inside <think>, nothing after it",
+         _with_object(lambda o, w: f"<think>{json.dumps(o)}</think> done"), default=0.0),
+    Hack("gold_then_wrong_object", GOLD, "hack", "the right object as a draft, a wrong one last",
+         _with_object(lambda o, w: f"{json.dumps(o)}\nActually:\n{json.dumps(w)}"), default=0.0),
+    Hack("corrected_fields", GOLD, "fair", "a wrong draft object, then the right one",
+         _with_object(lambda o, w: f"Draft: {json.dumps(w)}\nFixed: {json.dumps(o)}"), default=1.0),
+]
+
+# ---- guards: they shape length and repetition, and pay for nothing else
+
+
+def _target_len(params: dict) -> int:
+    return int(params.get("target_len", params.get("max_completion_len", 256)))
+
+
+_GUARD = "a guard shapes length or repetition only; it never judges the answer"
+TOKEN_HACKS = [
+    Hack("padding_to_target", TOKENS, "hack", "junk padded to the target length",
+         lambda row, p: "a" * _target_len(p) if "target_len" in p else None, expect={"length_reward": 1.0},
+         gaps={"length_reward": _GUARD}),
+    Hack("empty_completion", TOKENS, "hack", "nothing at all",
+         lambda row, p: "" if "max_completion_len" in p else None, expect={"overlong_penalty": 0.0},
+         gaps={"overlong_penalty": _GUARD}),
+    Hack("one_token_repeated", TOKENS, "hack", "one short string repeated",
+         lambda row, p: "ha" * 200 if "ngram_size" in p else None, expect={"repetition_penalty": (-1.0, -0.9)}),
+]
+
+# The shipped rewards and settings whose scores the catalog records (tests/test_hack_catalog.py holds them to it).
+PROFILES = frozenset({"math_correctness", EXPRESSION, "think_format_if_correct", "exact_match", "numeric_match",
+                      "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format", "json_schema",
+                      "json_field_accuracy", "overlong_penalty", "repetition_penalty", "length_reward"})
+CATALOG: list[Hack] = ANSWER_HACKS + THINK_HACKS + BOXED_HACKS + JSON_HACKS + GOLD_HACKS + TOKEN_HACKS
+
+
+def for_targets(found: set[str]) -> list[Hack]:
+    return [h for h in CATALOG if h.target in found]
+
+
+def gap(hack: Hack, profile_name: str) -> str | None:
+    """Why a shipped reward's catalogued score differs from what the kind asks for, or None."""
+    return hack.gaps.get(profile_name) or hack.gaps.get(profile_name.split("[")[0]) or hack.gaps.get("*")
