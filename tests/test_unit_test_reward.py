@@ -73,7 +73,7 @@ def test_unusable_rows_score_none_and_json_columns_parse():
 
 
 def test_infra_error_scores_none_not_zero(monkeypatch):
-    monkeypatch.setattr(sandbox, "PYTHON", "/nonexistent/python")
+    monkeypatch.setattr(sandbox.host, "PYTHON", "/nonexistent/python")
     sandbox.shutdown()
     metrics = Metrics()
     assert unit_tests([RIGHT, "no code"], [TESTS] * 2, metrics) == [None, 0.0]
@@ -94,3 +94,20 @@ def test_through_the_trl_facing_wrapper():
     scores = reward(chat, tests=[TESTS, TESTS], prompts=["p", "p"], log_metric=lambda k, v: logged.update({k: v}))
     assert scores == [1.0, pytest.approx(2 / 3)]
     assert logged["rewards/unit_tests/status/ok"] == 1.0 and logged["rewards/unit_tests/none_rate"] == 0.0
+
+
+def test_the_share_of_tests_judged_in_the_sandbox_is_logged():
+    metrics = Metrics()
+    unit_tests([RIGHT, HALF], [TESTS] * 2, metrics)
+    assert metrics["judged_in_sandbox"] == 0.0  # plain asserts: the host judged every one
+    whole = "try:\n    add(None, 1)\nexcept TypeError:\n    pass\nelse:\n    assert False"
+    metrics = Metrics()
+    scores = unit_tests([RIGHT, "no code"], [TESTS + [whole]] * 2, metrics)
+    assert scores == [1.0, 0.0]
+    assert metrics["judged_in_sandbox"] == pytest.approx(1 / 4)  # of the tests that ran: 1 of RIGHT's 4
+
+
+def test_a_rigged_answer_scores_nothing():
+    rigged = ("```python\nclass _I(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+              "def add(a, b):\n    return _I(7)\ntype = lambda o: int\n```")
+    assert unit_tests([rigged], [TESTS], Metrics()) == [0.0]
