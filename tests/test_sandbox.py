@@ -5,7 +5,6 @@ import dataclasses
 import os
 import secrets
 import tempfile
-import time
 
 import pytest
 
@@ -188,3 +187,16 @@ def test_run_program_has_the_same_walls(monkeypatch):
                          "socket.create_connection(('127.0.0.1', 22), timeout=2)")
     assert result.status == "failed" and secret not in result.stdout + result.stderr
     assert "OSError" in result.stderr or "Error" in result.stderr
+
+
+def test_values_of_program_objects_can_still_be_judged():
+    program = ("class Stack:\n    def __init__(self):\n        self.items = []\n"
+               "    def push(self, x):\n        self.items.append(x)\n        return self\n"
+               "    def __len__(self):\n        return len(self.items)\n")
+    tests = ["s = Stack().push(1).push(2)\nassert len(s) == 2 and s.items == [1, 2]", "assert len(Stack()) == 0",
+             "assert isinstance(Stack(), Stack)"]
+    result = run_tests(program, tests)
+    # len() of a program object runs where the object lives; isinstance needs the object itself on the host,
+    # and an object of a program class does not travel: that assertion fails, and says why
+    assert result.results == (True, True, False), result
+    assert "not plain data" in result.stderr

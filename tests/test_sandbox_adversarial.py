@@ -4,10 +4,8 @@ program left anywhere, no file written outside its work dir, and the sandbox sti
 The tests named after issue 13's items replay its reproducers; docs/sandbox.md's threat model cites each one.
 Time bounds here only catch hangs: they are minutes, never a measure of speed."""
 
-import ctypes
 import json
 import os
-import random
 import re
 import secrets
 import shutil
@@ -432,6 +430,13 @@ def test_issue13_item2_fake_modules_gain_nothing():
     assert result.passed == 0 and result.status != "ok", result
 
 
+def test_issue13_item2_the_harness_imports_nothing_once_the_program_runs():
+    program = "import sys\nBEFORE = set(sys.modules)\n"
+    tests = ["undefined_name", "1 / int('0')", "raise SystemExit(3)", "import sys\nassert set(sys.modules) == BEFORE"]
+    result = run_tests(program, tests)  # three tracebacks printed by the harness, then the check
+    assert result.results == (False, False, False, True), result
+
+
 SHADOWED = """
 class _I(int): __eq__ = lambda s, o: True; __hash__ = int.__hash__
 def f(x): return _I(0)
@@ -441,8 +446,9 @@ isinstance = lambda *a: True
 
 
 def test_issue13_item3_shadowed_builtins_and_rigged_eq_gain_nothing():
-    tests = ["r = f(2); assert type(r) is int and r == 4", "assert f(2) == 4", "assert isinstance(f(2), int) and f(2) == 4",
-             "assert f(2) in [4]", "assert not f(2) != 4", "assert sorted([f(2)]) == [4]"]
+    tests = ["r = f(2); assert type(r) is int and r == 4", "assert f(2) == 4",
+             "assert isinstance(f(2), int) and f(2) == 4", "assert f(2) in [4]", "assert not f(2) != 4",
+             "assert sorted([f(2)]) == [4]"]
     result = run_tests(SHADOWED, tests)
     assert result.passed == 0 and result.status == "failed", result
     assert result.modes == ("host",) * len(tests)
@@ -466,26 +472,25 @@ def test_issue13_item4_io_cases_learn_nothing_about_each_other():
     # Stronger: nothing of any other case is anywhere in a case's process memory, not even freed remnants.
     tokens = ["SBX" + secrets.token_hex(8).upper() for _ in range(6)]
     scan = """
-        import gc, re, sys
-        mine = sys.stdin.read().strip()
+        import ctypes, gc, re, sys
         pattern = re.compile(rb"SBX[0-9A-F]{16}")
         found = set()
-        for obj in gc.get_objects():
-            for v in (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()):
-                if isinstance(v, (str, bytes)):
-                    found.update(m.decode() for m in pattern.findall(v.encode() if isinstance(v, str) else v))
-        import ctypes
-        with open("/proc/self/maps") as maps:
+        with open("/proc/self/maps") as maps:  # first, before new objects reuse freed memory
             for line in maps:  # the heap, the stack and anonymous memory: where freed data would linger
                 fields = line.split()
                 if "r" not in fields[1] or (len(fields) > 5 and fields[5] not in ("[heap]", "[stack]")):
                     continue
                 lo, hi = (int(x, 16) for x in fields[0].split("-"))
                 found.update(m.decode() for m in pattern.findall(ctypes.string_at(lo, hi - lo)))
+        for obj in gc.get_objects():
+            for v in (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()):
+                if isinstance(v, (str, bytes)):
+                    found.update(m.decode() for m in pattern.findall(v.encode() if isinstance(v, str) else v))
+        mine = sys.stdin.read().strip()
         found.discard(mine)
-        print(mine if not found else "SAW " + " ".join(sorted(found)))
+        print(mine * 100 if not found else "SAW " + " ".join(sorted(found)))  # long: stays in freed memory
     """
-    result = run_io_tests(textwrap.dedent(scan), [(t, t) for t in tokens], timeout_s=HANG_S)
+    result = run_io_tests(textwrap.dedent(scan), [(t, t * 100) for t in tokens], timeout_s=HANG_S)
     assert result.status == "ok", (result.stdout, result.stderr)
 
 
@@ -644,8 +649,9 @@ libc = ctypes.CDLL(None, use_errno=True)
 for keyring in (-3, -4, -5):  # session, user, user-session
     libc.syscall(%d, b"user", b"sbx-left", b"v", 1, keyring)
 """ % seccomp.numbers()["add_key"]
-    run_tests(keyed, ["pass"])
-    assert sandbox_uids_with_keys() == []
+    before = sandbox_uids_with_keys()  # only what this job leaves counts: keys outlive their uid's processes
+    assert run_tests(keyed, ["pass"]).status == "ok"
+    assert sandbox_uids_with_keys() == before
 
 
 def sandbox_uids_with_keys() -> list[int]:
@@ -702,9 +708,13 @@ def test_issue13_item7_six_children_of_400mb_cannot_exceed_the_job_memory():
 
 def test_issue13_item7_the_sandbox_is_the_oom_killers_first_choice():
     require("oom_score_adj")
-    result = run_tests("import subprocess, sys\nscore = open('/proc/self/oom_score_adj').read().strip()\n"
-                       "child = subprocess.run([sys.executable, '-c', 'print(open(\"/proc/self/oom_score_adj\").read())'],"
-                       " capture_output=True, text=True).stdout.strip()", ["assert score == '1000'", "assert child == '1000'"])
+    program = """
+import subprocess, sys
+score = open("/proc/self/oom_score_adj").read().strip()
+child = subprocess.run([sys.executable, "-c", "print(open('/proc/self/oom_score_adj').read())"],
+                       capture_output=True, text=True).stdout.strip()
+"""
+    result = run_tests(program, ["assert score == '1000'", "assert child == '1000'"])
     assert result.status == "ok", result
 
 
@@ -758,8 +768,8 @@ if os.fork() == 0:
     os.setsid()
     time.sleep(600)
 """
-    for job in range(3):
-        result, _ = run_contained(litter, tests=["assert False"])
+    for _ in range(3):
+        run_contained(litter, tests=["assert False"])
     after = host_state()
     assert after == before, (before, after)
     assert not Path(tempfile.gettempdir(), "left.txt").exists() and not Path("/dev/shm/left.txt").exists()
@@ -773,12 +783,63 @@ def test_isolation_reports_every_protection_at_start_up():
     assert iso.mode in text and all(name in text for name in sandbox.PROTECTIONS)
 
 
-def test_a_required_protection_that_is_missing_refuses_to_run(monkeypatch):
-    monkeypatch.setenv(sandbox.ENV_ISOLATION, "none")  # as root here: no mode "none" to run in at all
-    monkeypatch.setenv(sandbox.ENV_REQUIRE, "minimal_root")
-    iso = sandbox.isolation()
-    assert iso.mode == "unavailable"
-    assert run_tests("x = 1", ["assert x == 1"]).status == "infra_error"
+@pytest.fixture
+def machine_without_cgroups(monkeypatch):
+    """As if this machine had no usable cgroups: fresh detection, fresh zygotes, and both undone afterwards."""
+    sandbox.shutdown()
+    monkeypatch.setattr(sandbox.host, "_cgroup_config", lambda: (None, "no cgroups on this pretend machine"))
+    monkeypatch.setattr(sandbox.host, "_iso_cache", {})
+    yield
+    sandbox.shutdown()  # these zygotes have no cgroups: later tests get new ones
+
+
+def test_a_missing_protection_is_named_at_start_up_and_the_rest_still_runs(machine_without_cgroups, caplog):
+    with caplog.at_level("WARNING", logger="grpo_recipes.sandbox"):
+        iso = sandbox.isolation()
+    assert iso.missing() == {"cgroup": "no cgroups on this pretend machine"}
+    assert any("WITHOUT cgroup" in r.getMessage() and "GRPO_SANDBOX_REQUIRE" in r.getMessage() for r in caplog.records)
+    assert run_tests("x = 1", ["assert x == 1"]).status == "ok"
+
+
+def test_a_required_protection_that_is_missing_refuses_to_run(machine_without_cgroups, monkeypatch, caplog):
+    monkeypatch.setenv(sandbox.ENV_REQUIRE, "seccomp,cgroup")
+    with caplog.at_level("ERROR", logger="grpo_recipes.sandbox"):
+        iso = sandbox.isolation()
+    assert iso.mode == "unavailable" and "cgroup" in iso.problem and "seccomp" not in iso.problem
+    assert any("required protection missing" in r.getMessage() for r in caplog.records)
+    result = run_tests("x = 1", ["assert x == 1"])
+    assert result.status == "infra_error" and "cgroup" in result.detail
+    monkeypatch.setenv(sandbox.ENV_REQUIRE, "seccomp,moat")
     with pytest.raises(ValueError, match="unknown protection"):
-        monkeypatch.setenv(sandbox.ENV_REQUIRE, "seccomp,moat")
         sandbox.isolation()
+
+
+MEMORY_SCAN = """
+import ctypes, gc, re
+pattern = re.compile(rb"SBX[0-9A-F]{16}")
+found = set()
+with open("/proc/self/maps") as maps:
+    for line in maps:  # the heap, the stack and anonymous memory: where freed data would linger
+        fields = line.split()
+        if "r" not in fields[1] or (len(fields) > 5 and fields[5] not in ("[heap]", "[stack]")):
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        found.update(m.decode() for m in pattern.findall(ctypes.string_at(lo, hi - lo)))
+"""
+
+
+def test_a_job_finds_nothing_of_the_jobs_before_it_in_its_memory():
+    token = "SBX" + secrets.token_hex(8).upper()
+    # an earlier job (another completion of the same prompt, say): its program, its values, its output
+    earlier = f"def f():\n    return {token!r}\nprint({token!r})\n"
+    assert run_many_serial([sandbox.Job(earlier, ("assert f() == 'x'",)),
+                            sandbox.Job(earlier, io_cases=(("x", token),))])[1].status == "ok"
+    later = run_many_serial([sandbox.Job(MEMORY_SCAN, ("pass",))])[0]
+    assert later.status == "ok", later
+    scan = run_many_serial([sandbox.Job(MEMORY_SCAN + "print(sorted(found))", ("pass",))])[0]
+    assert token not in scan.stdout, scan.stdout
+
+
+def run_many_serial(jobs):
+    """One worker: every job forks from the same zygote, the one the earlier jobs used."""
+    return sandbox.run_many(jobs, max_workers=1)

@@ -210,7 +210,8 @@ def _settings() -> tuple[str, frozenset]:
     require = frozenset(p.strip() for p in os.environ.get(ENV_REQUIRE, "").split(",") if p.strip())
     unknown = require - set(PROTECTIONS)
     if unknown:
-        raise ValueError(f"${ENV_REQUIRE}: unknown protection(s) {sorted(unknown)}; choose from {', '.join(PROTECTIONS)}")
+        raise ValueError(f"${ENV_REQUIRE}: unknown protection(s) {sorted(unknown)}; "
+                         f"choose from {', '.join(PROTECTIONS)}")
     return mode, require
 
 
@@ -238,7 +239,7 @@ def _probe(iso: Isolation) -> tuple[str, dict]:
     """('', the program's walls) when a trivial job passes under `iso`, else (what went wrong, {})."""
     program = "import json\nx = json.loads('1')\nprint('probe')"  # json: a stdlib import must work
     try:
-        report = _execute(iso, "tests", program, [split.split_test("assert x == 1")], [], 10.0, 256, OUTPUT_CAP)
+        report = _execute(iso, "tests", program, [split.split_test("assert x == 1")], [], 60.0, 256, OUTPUT_CAP)
     except _Infra as exc:
         return str(exc), {}
     except Exception as exc:
@@ -281,7 +282,7 @@ def _with_walls(iso: Isolation) -> Isolation:
     """Start a zygote for `iso`, run the probe job, and record which protections the program really got."""
     try:
         walls = dict(_zygote_walls(iso.mode))
-    except _Infra as exc:
+    except (_Infra, OSError) as exc:  # OSError: the interpreter itself cannot start
         return Isolation("unavailable", problem=str(exc))
     problem, program_walls = _probe(iso)
     if problem:
@@ -302,7 +303,7 @@ def _with_walls(iso: Isolation) -> Isolation:
 # What a zygote is told at start-up: the minimal root's contents and the cgroup parents.
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cgroup_config() -> tuple[dict | None, str]:
     return cgroup.detect()
 
@@ -339,7 +340,7 @@ def _expose(path: str, links: dict[str, str], binds: set[str]) -> None:
     binds.add(current)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _root_layout() -> dict:
     """What the minimal root holds: the interpreter, its standard library, and the libraries they load."""
     paths = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix,

@@ -413,9 +413,25 @@ class _Splitter:
             if any(self._host_shape(e) or not self._touches_sandbox(e) for e in elements):
                 raise Unsplittable("a comprehension that compares or computes on the program's results")
             return self._probe(node, lazy)
-        if self._host_shape(node):
+        if self._host_shape(node) and not self._whole(node):
             return self._rebuild(node, lazy)
         return self._probe(node, lazy)
+
+    def _whole(self, node: ast.AST) -> bool:
+        """`len(stack)`, `sorted(set(sys.modules) - seen)`: an operation on program values that holds no host data
+        (no constant, no host value) leaks nothing, so it runs where the values live and only its result travels.
+        Comparisons, `not`, `and`/`or`, `type` and `isinstance` always stay on the host: they judge."""
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id not in ("type", "isinstance")):
+                return False
+        elif not isinstance(node, (ast.BinOp, ast.Subscript)):
+            return False
+        own = _bound_inside(node)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) or (isinstance(sub, ast.Name) and sub.id not in own and
+                                                 self._kind(sub.id) in ("static", "dynamic")):
+                return False
+        return True
 
     def _host_shape(self, node: ast.AST) -> bool:
         if not _evaluable(node) or isinstance(node, (ast.Name, ast.Attribute)):
@@ -446,7 +462,8 @@ class _Splitter:
             return ast.BoolOp(op=node.op, values=values)
         if isinstance(node, ast.IfExp):
             test = self._host_tree(node.test, lazy)
-            return ast.IfExp(test=test, body=self._host_tree(node.body, True), orelse=self._host_tree(node.orelse, True))
+            body, orelse = self._host_tree(node.body, True), self._host_tree(node.orelse, True)
+            return ast.IfExp(test=test, body=body, orelse=orelse)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not (
                 isinstance(node.func.value, ast.Name) and self._kind(node.func.value.id) == "module"):
             owner = self._host_tree(node.func.value, lazy)

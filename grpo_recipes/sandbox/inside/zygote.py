@@ -2,7 +2,7 @@
 
     zygote  own net + uts [+ user] + mount namespaces, living in the minimal root (jail.build_root)
       └─ S      one per job, in the job's cgroup-to-be: new pid + mount + ipc namespaces
-          └─ P1     the supervisor, PID 1 of that pid namespace: a fresh /proc; per run a fresh /work, /tmp, /dev/shm
+          └─ P1     the supervisor, PID 1 of that pid namespace: a fresh /proc; per run a fresh /sandbox, /tmp, /dev/shm
               └─ R      the program's process: cgroup, setsid, uid, no privileges, rlimits, seccomp → harness
 
 Only R runs program code. When P1 exits the kernel kills whatever is left in its pid namespace, so nothing a
@@ -399,7 +399,8 @@ def run_one(state: State, spec: dict, blobs: dict, stdin: int, procs: list[int],
     if pidfd is not None:
         os.close(pidfd)
     out, err, rec = (captures[fd] for fd in (out_r, err_r, rec_r))
-    return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out, "walls": marshal.loads(started[1:]),
+    return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
+            "walls": marshal.loads(started[1:]),
             "sizes": [out.got, err.got, rec.got], "stdout_full": out.got >= out.cap, "records_full": rec.got >= rec.cap,
             "streams": [out.memfd, err.memfd, rec.memfd]}
 
