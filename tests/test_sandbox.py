@@ -118,7 +118,8 @@ def test_job_validation():
 
 
 def test_run_many_keeps_order_and_runs_in_parallel():
-    run_many([Job("pass", ("pass",))] * 4, max_workers=4)  # started interpreters, as during training
+    # four started interpreters, as during training (each held for a second, so four get started)
+    run_many([Job("import time\ntime.sleep(1)", ("pass",))] * 4, max_workers=4)
     program = "import time\nstart = time.monotonic()\ntime.sleep(2)\nprint(start, time.monotonic())\nx = {}"
     results = run_many([Job(program.format(i), (f"assert x == {i}",)) for i in range(4)], max_workers=4)
     assert [r.status for r in results] == ["ok"] * 4

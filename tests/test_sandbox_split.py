@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from grpo_recipes.code_data import load_humaneval
+from grpo_recipes.code_data import generate_code_tasks, load_humaneval
 from grpo_recipes.sandbox import split, verdict
 from grpo_recipes.sandbox.inside import codec
 
@@ -159,6 +159,11 @@ def test_humaneval_is_almost_all_judged_on_the_host():
     in_sandbox = sorted(r["task_id"] for r, p in zip(rows, plans) if p.mode == "sandbox")
     # 32 builds its inputs with a seeded random.Random; 38 and 50 compute expected values from program helpers
     assert in_sandbox == ["HumanEval/32", "HumanEval/38", "HumanEval/50"]
+
+
+def test_the_training_tasks_are_all_judged_on_the_host():
+    rows = generate_code_tasks(300, seed=0)
+    assert {split.split_test(t).mode for r in rows for t in r["tests"]} == {"host"}
 
 
 # ---- the host evaluator: pure functions only, bounded

@@ -408,6 +408,8 @@ class _Zygote:
             self.kill()
             raise _Infra(f"the sandbox could not set up ({mode}): {reply['error']}")
         self.walls = reply["walls"]
+        for note in reply.get("notes", ()):
+            _warn_once(f"sandbox: {note}")
 
     def request(self, parts: list[bytes], timeout: float, answers: int = 1) -> list[bytes]:
         """Send length-prefixed parts, read `answers` length-prefixed parts back."""

@@ -9,6 +9,7 @@ load, /etc/ld.so.cache, a /dev with null, zero, full, random and urandom, and mo
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import os
 import resource
@@ -63,8 +64,11 @@ def _read_only_tree(path: str) -> None:
             mount(None, point, None, flags)
 
 
-def build_root(cfg: dict, arch: str) -> None:
-    """Called once per zygote, in its own mount namespace: build the minimal root and move into it."""
+def build_root(cfg: dict, arch: str) -> str:
+    """Called once per zygote, in its own mount namespace: build the minimal root and move into it.
+
+    Returns a note when it had to settle for less than pivot_root ('' otherwise).
+    """
     sources = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in cfg["binds"]]
     devices = [(n, os.open("/dev/" + n, os.O_PATH | os.O_CLOEXEC)) for n in DEVICES if os.path.exists("/dev/" + n)]
     proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -101,10 +105,18 @@ def build_root(cfg: dict, arch: str) -> None:
     mount("/proc/self/fd/%d" % proc, new + "/proc", None, MS_BIND | MS_REC)
     os.close(proc)
     os.chdir(new)
-    check(libc.syscall(ctypes.c_long(_SYS_PIVOT_ROOT[arch]), b".", b"."), "pivot_root")
-    umount(".")  # the old root, stacked on top by pivot_root(".", "."): detached, unreachable from here on
+    note = ""
+    if libc.syscall(ctypes.c_long(_SYS_PIVOT_ROOT[arch]), b".", b".") == 0:
+        umount(".")  # the old root, stacked on top by pivot_root(".", "."): detached, unreachable from here on
+    elif ctypes.get_errno() == errno.EINVAL:  # the host's / is no mount point (a chroot, an initramfs)
+        check(libc.chroot(b"."), "chroot")
+        note = ("minimal root entered with chroot (pivot_root: the host's / is not a mount point): the host tree "
+                "stays mounted below it, out of reach of a process without capabilities")
+    else:
+        check(-1, "pivot_root")
     os.chdir("/")
     _read_only_tree("/")
+    return note
 
 
 def close_fds_except(keep: set[int]) -> None:

@@ -106,6 +106,7 @@ class State:
         self.filter: bytes | None = None
         self.cgroup = init.get("cgroup")
         self.cgroup_fds: list[int] = []
+        self.notes: list[str] = []  # for the host's start-up log
         self.jobs = 0
 
 
@@ -155,7 +156,9 @@ def setup(init: dict) -> State:
             state.walls["cgroup"] = "cannot open the cgroup directories: %s" % exc
     if state.ns:
         _namespaces(state)
-        jail.build_root(init["root"], seccomp.machine())
+        note = jail.build_root(init["root"], seccomp.machine())
+        if note:
+            state.notes.append(note)
         state.walls["minimal_root"] = ""
     else:
         state.walls["minimal_root"] = "no mount namespace (isolation mode none)"
@@ -459,7 +462,7 @@ def main() -> None:
     except Exception as exc:  # the host reports it and falls back or refuses, as configured
         send({"error": "%s: %s" % (type(exc).__name__, exc)})
         return
-    send({"error": None, "walls": state.walls})
+    send({"error": None, "walls": state.walls, "notes": state.notes})
     while True:
         spec = receive()
         if spec is None:
