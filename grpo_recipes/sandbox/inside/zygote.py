@@ -1,7 +1,7 @@
 """The zygote: a started interpreter that forks one walled-in job after another (`python -I -S -B <this folder>`).
 
     zygote  own net + uts [+ user] + mount namespaces, living in the minimal root (jail.build_root)
-      └─ S      one per job, in the job's cgroup-to-be: new pid + mount + ipc namespaces
+      └─ S      one per job, forked once the job's cgroup exists: new pid + mount + ipc namespaces
           └─ P1     the supervisor, PID 1 of that pid namespace: a fresh /proc; per run a fresh /sandbox, /tmp, /dev/shm
               └─ R      the program's process: cgroup, setsid, uid, no privileges, rlimits, seccomp → harness
 
