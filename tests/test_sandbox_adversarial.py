@@ -4,6 +4,7 @@ program left anywhere, no file written outside its work dir, and the sandbox sti
 The tests named after issue 13's items replay its reproducers; docs/sandbox.md's threat model cites each one.
 Time bounds here only catch hangs: they are minutes, never a measure of speed."""
 
+import functools
 import json
 import os
 import re
@@ -22,10 +23,11 @@ import pytest
 
 from conftest import REPO
 from grpo_recipes import sandbox
-from grpo_recipes.sandbox import run_io_tests, run_tests
 from grpo_recipes.sandbox.inside import cgroup, jail, seccomp
 
 HANG_S = 120  # a job that takes longer than this is stuck, however busy the machine
+run_tests = functools.partial(sandbox.run_tests, timeout_s=HANG_S)  # jobs meant to finish never race a clock
+run_io_tests = functools.partial(sandbox.run_io_tests, timeout_s=HANG_S)
 
 
 def marker() -> str:
@@ -302,16 +304,17 @@ mark = sys.argv[2]
 name = "import ctypes\nctypes.CDLL(None).prctl(15, b'%s', 0, 0, 0)\n" % mark
 iso = sandbox.isolation()
 out = {"isolation": iso.mode, "missing": sorted(iso.missing())}
-out["basic"] = sandbox.run_tests("import json\nx = json.loads('2')", ["assert x == 2"]).status
+out["basic"] = sandbox.run_tests("import json\nx = json.loads('2')", ["assert x == 2"], timeout_s=120).status
 bomb = name + "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
 out["fork_bomb"] = sandbox.run_tests(bomb, ["pass"], timeout_s=2).status
 daemon = name + ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
                  "        time.sleep(600)\n    os._exit(0)\n")
-out["daemon"] = sandbox.run_tests(daemon, ["assert False"]).status
+out["daemon"] = sandbox.run_tests(daemon, ["assert False"], timeout_s=120).status
 out["secret_seen"] = os.environ["HF_TOKEN"] in sandbox.run_tests(
-    "import os\nprint(dict(os.environ))", ["pass"]).stdout
+    "import os\nprint(dict(os.environ))", ["pass"], timeout_s=120).stdout
 out["forged"] = sandbox.run_tests("def f():\n    return 2\nclass _I(int):\n    __eq__ = lambda s, o: True\n"
-                                  "def g():\n    return _I(2)", ["assert f() == 1", "assert g() == 1"]).passed
+                                  "def g():\n    return _I(2)", ["assert f() == 1", "assert g() == 1"],
+                                  timeout_s=120).passed
 print(json.dumps(out))
 '''
 
@@ -835,11 +838,11 @@ def test_a_job_finds_nothing_of_the_jobs_before_it_in_its_memory():
     token = "SBX" + secrets.token_hex(8).upper()
     # an earlier job (another completion of the same prompt, say): its program, its values, its output
     earlier = f"def f():\n    return {token!r}\nprint({token!r})\n"
-    assert run_many_serial([sandbox.Job(earlier, ("assert f() == 'x'",)),
-                            sandbox.Job(earlier, io_cases=(("x", token),))])[1].status == "ok"
-    later = run_many_serial([sandbox.Job(MEMORY_SCAN, ("pass",))])[0]
+    assert run_many_serial([sandbox.Job(earlier, ("assert f() == 'x'",), timeout_s=HANG_S),
+                            sandbox.Job(earlier, io_cases=(("x", token),), timeout_s=HANG_S)])[1].status == "ok"
+    later = run_many_serial([sandbox.Job(MEMORY_SCAN, ("pass",), timeout_s=HANG_S)])[0]
     assert later.status == "ok", later
-    scan = run_many_serial([sandbox.Job(MEMORY_SCAN + "print(sorted(found))", ("pass",))])[0]
+    scan = run_many_serial([sandbox.Job(MEMORY_SCAN + "print(sorted(found))", ("pass",), timeout_s=HANG_S)])[0]
     assert token not in scan.stdout, scan.stdout
 
 

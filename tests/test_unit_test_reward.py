@@ -1,15 +1,18 @@
 """The code rewards: code extraction, scores, None for sandbox failures, metrics, and the registry contract."""
 
+import functools
+
 import pytest
 
 from grpo_recipes import registry, sandbox
 from grpo_recipes.registry import CompiledReward, RewardSpec
 
 known = registry.available()
-unit_tests = known["unit_tests"].func
-unit_tests_binary = known["unit_tests_binary"].func
-io_tests = known["io_tests"].func
-extract_code = unit_tests.__globals__["extract_code"]
+# a generous per-job budget: on a loaded machine a right answer must never score less for want of time
+unit_tests = functools.partial(known["unit_tests"].func, timeout_s=120)
+unit_tests_binary = functools.partial(known["unit_tests_binary"].func, timeout_s=120)
+io_tests = functools.partial(known["io_tests"].func, timeout_s=120)
+extract_code = known["unit_tests"].func.__globals__["extract_code"]
 
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"]
 RIGHT = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
@@ -88,7 +91,7 @@ def test_io_tests_reward():
 
 
 def test_through_the_trl_facing_wrapper():
-    reward = CompiledReward(known["unit_tests"], RewardSpec("unit_tests", params={"timeout_s": 2.0}))
+    reward = CompiledReward(known["unit_tests"], RewardSpec("unit_tests", params={"timeout_s": 120.0}))
     logged = {}
     chat = [[{"role": "assistant", "content": RIGHT}], [{"role": "assistant", "content": HALF}]]
     scores = reward(chat, tests=[TESTS, TESTS], prompts=["p", "p"], log_metric=lambda k, v: logged.update({k: v}))

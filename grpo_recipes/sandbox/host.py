@@ -397,6 +397,10 @@ class _Infra(RuntimeError):
     """The sandbox itself failed: the job's status is infra_error."""
 
 
+class _ZygoteGone(_Infra):
+    """The zygote was dead before it got the job (the OOM killer picks sandbox processes first): retry."""
+
+
 class _Zygote:
     def __init__(self, mode: str):
         self.mode, self.usable = mode, True
@@ -421,7 +425,7 @@ class _Zygote:
                     self.proc.stdin.write(part)
                 self.proc.stdin.flush()
             except OSError as exc:
-                raise _Infra(f"zygote gone: {exc}") from exc
+                raise _ZygoteGone(f"zygote gone: {exc}") from exc
             out = []
             for _ in range(answers):
                 size = int.from_bytes(self._read(8, deadline), "little")
@@ -478,8 +482,11 @@ _idle_lock = threading.Lock()
 def _checkout(mode: str) -> _Zygote:
     with _idle_lock:
         pool = _idle.setdefault(mode, [])
-        if pool:
-            return pool.pop()
+        while pool:
+            zygote = pool.pop()
+            if zygote.proc.poll() is None:
+                return zygote
+            zygote.usable = False  # died while idle, e.g. chosen by the OOM killer (oom_score_adj 1000)
     return _Zygote(mode)
 
 
@@ -539,14 +546,20 @@ def _execute(iso: Isolation, kind: str, program: str, plans: list, stdins: list[
         # without reading them, so no later job forked from it can find them in its memory.
         parts = [marshal.dumps(spec), program.encode("utf-8", "surrogatepass"),
                  marshal.dumps([p.wire() for p in plans]), *stdins]
-        zygote = _checkout(iso.mode)
-        try:
-            raw, trailer = zygote.request(parts, timeout_s + STARTUP_SLACK_S, answers=2)
-        except _Infra:
-            zygote.kill(None if iso.namespaces else uid)
-            raise
-        finally:
-            _checkin(iso.mode, zygote)
+        for attempt in (1, 2):  # a zygote that died before reading the job ran nothing of it: use another
+            zygote = _checkout(iso.mode)
+            try:
+                raw, trailer = zygote.request(parts, timeout_s + STARTUP_SLACK_S, answers=2)
+                break
+            except _ZygoteGone:
+                zygote.kill(None if iso.namespaces else uid)
+                if attempt == 2:
+                    raise
+            except _Infra:
+                zygote.kill(None if iso.namespaces else uid)
+                raise
+            finally:
+                _checkin(iso.mode, zygote)
         report = _read_report(raw)
         for note in report.get("notes", []) + marshal.loads(trailer).get("notes", []):
             _warn_once(f"sandbox: {note}")
