@@ -2,7 +2,9 @@
 
 The code is the completion's fenced ```python block (`code_block`: last, first, or all joined). Every completion
 of a batch runs in parallel through `grpo_recipes.sandbox.run_many`. A sandbox failure (`infra_error`) scores
-None, never 0: it says nothing about the completion. See docs/sandbox.md for what the sandbox guarantees.
+None, never 0: it says nothing about the completion. The host judges each test's assertions on the values the
+program's calls return; a test it cannot split runs whole in the sandbox instead, and the share of those is
+logged as `judged_in_sandbox`. See docs/sandbox.md for what the sandbox guarantees.
 """
 
 from __future__ import annotations
@@ -94,14 +96,20 @@ def _score(
         else:
             jobs.append(job)
             where.append(i)
+    tests_run = tests_in_sandbox = 0
     for i, result in zip(where, run_many(jobs, max_workers=max_workers or None)):
         counts[result.status] += 1
         scores[i] = None if result.status == "infra_error" else score(result)
+        tests_run += len(result.modes)
+        tests_in_sandbox += result.judged_in_sandbox
     if log_metric is not None:
         for status in (*STATUSES, "no_code", "bad_row"):
             log_metric(f"status/{status}", counts[status])
         scored = [s for s in scores if s is not None]
         log_metric("pass_rate", sum(scored) / len(scored) if scored else 0.0)
+        # The share of tests the host could not judge (they ran whole in the sandbox, where a program written
+        # against the harness can forge a pass): watch it when a pass rate looks too good. docs/sandbox.md.
+        log_metric("judged_in_sandbox", tests_in_sandbox / tests_run if tests_run else 0.0)
     return scores
 
 

@@ -1,15 +1,18 @@
 """The code rewards: code extraction, scores, None for sandbox failures, metrics, and the registry contract."""
 
+import functools
+
 import pytest
 
 from grpo_recipes import registry, sandbox
 from grpo_recipes.registry import CompiledReward, RewardSpec
 
 known = registry.available()
-unit_tests = known["unit_tests"].func
-unit_tests_binary = known["unit_tests_binary"].func
-io_tests = known["io_tests"].func
-extract_code = unit_tests.__globals__["extract_code"]
+# a generous per-job budget: on a loaded machine a right answer must never score less for want of time
+unit_tests = functools.partial(known["unit_tests"].func, timeout_s=120)
+unit_tests_binary = functools.partial(known["unit_tests_binary"].func, timeout_s=120)
+io_tests = functools.partial(known["io_tests"].func, timeout_s=120)
+extract_code = known["unit_tests"].func.__globals__["extract_code"]
 
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 4"]
 RIGHT = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
@@ -73,7 +76,7 @@ def test_unusable_rows_score_none_and_json_columns_parse():
 
 
 def test_infra_error_scores_none_not_zero(monkeypatch):
-    monkeypatch.setattr(sandbox, "PYTHON", "/nonexistent/python")
+    monkeypatch.setattr(sandbox.host, "PYTHON", "/nonexistent/python")
     sandbox.shutdown()
     metrics = Metrics()
     assert unit_tests([RIGHT, "no code"], [TESTS] * 2, metrics) == [None, 0.0]
@@ -88,9 +91,26 @@ def test_io_tests_reward():
 
 
 def test_through_the_trl_facing_wrapper():
-    reward = CompiledReward(known["unit_tests"], RewardSpec("unit_tests", params={"timeout_s": 2.0}))
+    reward = CompiledReward(known["unit_tests"], RewardSpec("unit_tests", params={"timeout_s": 120.0}))
     logged = {}
     chat = [[{"role": "assistant", "content": RIGHT}], [{"role": "assistant", "content": HALF}]]
     scores = reward(chat, tests=[TESTS, TESTS], prompts=["p", "p"], log_metric=lambda k, v: logged.update({k: v}))
     assert scores == [1.0, pytest.approx(2 / 3)]
     assert logged["rewards/unit_tests/status/ok"] == 1.0 and logged["rewards/unit_tests/none_rate"] == 0.0
+
+
+def test_the_share_of_tests_judged_in_the_sandbox_is_logged():
+    metrics = Metrics()
+    unit_tests([RIGHT, HALF], [TESTS] * 2, metrics)
+    assert metrics["judged_in_sandbox"] == 0.0  # plain asserts: the host judged every one
+    whole = "try:\n    add(None, 1)\nexcept TypeError:\n    pass\nelse:\n    assert False"
+    metrics = Metrics()
+    scores = unit_tests([RIGHT, "no code"], [TESTS + [whole]] * 2, metrics)
+    assert scores == [1.0, 0.0]
+    assert metrics["judged_in_sandbox"] == pytest.approx(1 / 4)  # of the tests that ran: 1 of RIGHT's 4
+
+
+def test_a_rigged_answer_scores_nothing():
+    rigged = ("```python\nclass _I(int):\n    __eq__ = lambda s, o: True\n    __hash__ = int.__hash__\n"
+              "def add(a, b):\n    return _I(7)\ntype = lambda o: int\n```")
+    assert unit_tests([rigged], [TESTS], Metrics()) == [0.0]
