@@ -109,7 +109,9 @@ def reward_setting_problems(recipe) -> list[str]:
     correctness = recipe.correctness_reward or (names[0] if names else None)
     if recipe.format_reward is not None and recipe.format_reward == correctness:
         problems.append("format_reward: must differ from the correctness reward")
-    for name in ("eval_k", "eval_generation_batch_size", "alert_patience", "alert_baseline_steps"):
+    if recipe.eval_k < 0:
+        problems.append(f"eval_k: must be >= 0 (0: greedy held-out evaluation only), got {recipe.eval_k}")
+    for name in ("eval_generation_batch_size", "alert_patience", "alert_baseline_steps"):
         if getattr(recipe, name) < 1:
             problems.append(f"{name}: must be >= 1, got {getattr(recipe, name)}")
     if recipe.eval_every_steps < 0:

@@ -257,6 +257,8 @@ class HeldOutEvalCallback(TrainerCallback):
         self.trainer, self.rows, self.correctness, self.fmt = trainer, rows, correctness, fmt
         self.settings, self.every, self.output_dir = settings, every, Path(output_dir)
         self.history: list[dict] = []
+        self._first: list[dict] | None = None  # per-row records of the first and the latest evaluation, for the paired
+        self._latest: list[dict] | None = None  # gain and the completions file written at the end
         self._done = False
 
     @classmethod
@@ -295,6 +297,9 @@ class HeldOutEvalCallback(TrainerCallback):
             records, seconds = evaluate(model, tr.processing_class, mine, self.correctness, self.fmt, self.settings,
                                         tr.eos_token_ids, tr.chat_template, state) if mine else ([], 0.0)
         records = gather_object(records) if acc.num_processes > 1 else records
+        if self._first is None:
+            self._first = records
+        self._latest = records
         result = summarise(records, self.settings, self.fmt is not None, seconds)
         self.history.append({"step": state.global_step, "when": when, **asdict(result)})
         logger.info("held-out eval (%s, step %d): %s in %.1fs", when, state.global_step, result.as_logs(), seconds)
@@ -302,13 +307,39 @@ class HeldOutEvalCallback(TrainerCallback):
 
     def _write_summary(self) -> None:
         start, end = self.history[0], self.history[-1]
-        summary = {"rows": end["rows"], "k": self.settings.k, "start": start, "end": end, "evaluations": self.history}
+        gain = paired_gain(self._first, self._latest, self.settings.threshold)
+        summary = {"rows": end["rows"], "k": self.settings.k, "start": start, "end": end, "greedy_gain": gain,
+                   "evaluations": self.history}
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        self.trainer.accelerator.print(format_before_after(start, end))
+        # What the model learned, question by question: the greedy completions before and after.
+        acc = self.trainer.accelerator
+        rows = [r for p in range(acc.num_processes) for r in self.rows[p :: acc.num_processes]]  # gather order
+        with open(self.output_dir / "eval_completions.jsonl", "w") as f:
+            for row, a, b in zip(rows, self._first, self._latest, strict=True):
+                f.write(json.dumps({"question": row.get("question"), "answer": row.get("answer"),
+                                    "start": {"step": start["step"], "correct": a["greedy"], "completion": a["completion"]},
+                                    "end": {"step": end["step"], "correct": b["greedy"], "completion": b["completion"]}},
+                                   ensure_ascii=False) + "\n")
+        self.trainer.accelerator.print(format_before_after(start, end, gain))
 
 
-def format_before_after(start: dict, end: dict) -> str:
+def paired_gain(first: list[dict], last: list[dict], threshold: float) -> dict | None:
+    """Greedy pass@1 gain from the first to the last evaluation over the rows both scored, with its standard error.
+
+    The rows are the same questions both times, so the per-row differences are paired: their spread (not that of two
+    independent proportions) is the noise of the gain. -> {"gain", "se", "rows"} or None when nothing was scored."""
+    diffs = [float(b["greedy"] >= threshold) - float(a["greedy"] >= threshold)
+             for a, b in zip(first, last, strict=True) if a["greedy"] is not None and b["greedy"] is not None]
+    if not diffs:
+        return None
+    n = len(diffs)
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    return {"gain": mean, "se": (var / n) ** 0.5, "rows": n}
+
+
+def format_before_after(start: dict, end: dict, gain: dict | None = None) -> str:
     lines = [f"held-out evaluation, {end['rows']} rows (step {start['step']} -> step {end['step']}):"]
     for key, label in (("pass_at_1", "pass@1 (greedy)"), ("pass_at_k", f"pass@{end['k']}"),
                        ("pass_at_1_sampled", "pass@1 (sampled)"), ("format_rate", "format rate"),
@@ -317,6 +348,8 @@ def format_before_after(start: dict, end: dict) -> str:
         if a is None and b is None:
             continue
         delta = f"{b - a:+.3f}" if a is not None and b is not None else "n/a"
+        if key == "pass_at_1" and gain is not None:
+            delta += f" +- {gain['se']:.3f} SE, paired over {gain['rows']} rows"
         fa, fb = ("n/a" if v is None else f"{v:.3f}" for v in (a, b))
         lines.append(f"  {label:<18} {fa:>8} -> {fb:>8}  ({delta})")
     return "\n".join(lines)

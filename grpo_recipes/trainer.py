@@ -67,6 +67,6 @@ def diagnostics_spec(recipe, grpo, funcs) -> DiagnosticsSpec | None:
         reward_names=names,
         correctness_index=correctness_index(names, recipe.correctness_reward),
         threshold=recipe.correctness_threshold,
-        k=recipe.eval_k,
+        k=recipe.eval_k or grpo.num_generations,
         normalised=grpo.scale_rewards != "none",
     )

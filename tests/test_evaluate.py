@@ -198,6 +198,11 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     summary = json.loads((out / "eval_summary.json").read_text())
     assert summary["start"]["step"] == 0 and summary["end"]["step"] == 2 and summary["rows"] == 8
     assert summary["end"]["pass_at_1"] == evals[2]["eval/pass@1"]
+    gain = summary["greedy_gain"]
+    assert gain["rows"] == 8 and gain["gain"] == pytest.approx(summary["end"]["pass_at_1"] - summary["start"]["pass_at_1"])
+    lines = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 and all(r["question"] and r["start"]["step"] == 0 and r["end"]["step"] == 2 for r in lines)
+    assert sum(bool(r["end"]["correct"]) for r in lines) / 8 == summary["end"]["pass_at_1"]
     assert "held-out evaluation, 8 rows (step 0 -> step 2)" in proc.stdout
     # What can honestly be asserted of a random tiny model: 2 steps raise none of the training alerts, as patience (5)
     # is not reached (its completions all hit the length limit); that healthy training stays silent is shown on
@@ -205,3 +210,16 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     ours = {d.title for d in default_detectors(AlertConfig(), ["math_correctness", "boxed_format"], "math_correctness",
                                                None)}
     assert [a for a in alerts if a[0] in ours] == []
+
+
+def test_paired_gain_uses_the_spread_of_per_question_differences():
+    from grpo_recipes.evaluate import paired_gain
+
+    rec = lambda *vals: [{"greedy": v} for v in vals]  # noqa: E731
+    # 4 questions: one newly right, one newly wrong, two unchanged; one unscored row is left out of the pairs.
+    g = paired_gain(rec(0.0, 1.0, 1.0, 0.0, None), rec(1.0, 0.0, 1.0, 0.0, 1.0), threshold=1.0)
+    assert g["rows"] == 4 and g["gain"] == 0.0
+    assert g["se"] == pytest.approx((2 / 3 / 4) ** 0.5)  # sample variance of (+1, -1, 0, 0) is 2/3
+    same = paired_gain(rec(1.0, 0.0), rec(1.0, 0.0), threshold=1.0)
+    assert same == {"gain": 0.0, "se": 0.0, "rows": 2}  # nothing changed: no noise to report
+    assert paired_gain(rec(None), rec(1.0), threshold=1.0) is None
