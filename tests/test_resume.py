@@ -33,6 +33,7 @@ PROJECT = "grpo-recipes-math"
 STEPS = 7
 EVAL_STEPS = [0, 2, 4, 6, 7]  # train start, every 2 steps, the end
 PROBE_TIMING = "profiling/Time taken: RecipeTrainer.order_probe"  # TRL's profiling row for the probe reward's call
+HUNG = 1200  # seconds after which a run counts as hung; a run takes minutes on a loaded 2-core machine
 
 PROBE = '''
 import json
@@ -72,7 +73,7 @@ def launch(argv: list[str], root: Path, log: str) -> subprocess.Popen:
                             stdout=open(root / log, "w"), stderr=subprocess.STDOUT)
 
 
-def finish(proc: subprocess.Popen, root: Path, log: str, timeout: float = 300) -> tuple[int, str]:
+def finish(proc: subprocess.Popen, root: Path, log: str, timeout: float = HUNG) -> tuple[int, str]:
     rc = proc.wait(timeout=timeout)
     return rc, (root / log).read_text()
 
@@ -121,7 +122,7 @@ def assert_rows_at_training_steps(root: Path) -> None:
     assert {s for s, m in rows if any(k.startswith("profiling/") for k in m)} == set(steps)
 
 
-def wait_for_step(proc: subprocess.Popen, root: Path, step: int, timeout: float = 300) -> None:
+def wait_for_step(proc: subprocess.Popen, root: Path, step: int, timeout: float = HUNG) -> None:
     deadline = time.monotonic() + timeout
     while max(train_rows(root), default=0) < step:
         assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before step {step}"
@@ -129,7 +130,7 @@ def wait_for_step(proc: subprocess.Popen, root: Path, step: int, timeout: float 
         time.sleep(0.2)
 
 
-def wait_for_checkpoint(proc: subprocess.Popen, path: Path, timeout: float = 300) -> None:
+def wait_for_checkpoint(proc: subprocess.Popen, path: Path, timeout: float = HUNG) -> None:
     deadline = time.monotonic() + timeout
     while not path.is_dir() or verify(path) is not None:
         assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {path.name} was complete"
