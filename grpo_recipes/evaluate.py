@@ -1,8 +1,9 @@
 """Held-out evaluation with the recipe's own verifier: greedy pass@1, sampled pass@k, format rate, mean length.
 
 Used three ways, all through `evaluate`:
-- during GRPO training, `HeldOutEvalCallback` evaluates the policy at train start, every `eval_every_steps` and at
-  the end, logs `eval_pass@1` etc. through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
+- during GRPO training, `HeldOutEvalCallback` evaluates the policy at train start (a resumed run takes over the
+  evaluations its checkpoint recorded instead), every `eval_every_steps` and at the end, logs `eval_pass@1` etc.
+  through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
 - the SFT warm-up's greedy format check before and after training (sft.py, with k=0: no samples);
 - `grpo-recipes eval --recipe math --model PATH` (cli/eval.py) evaluates any checkpoint on a recipe's held-out split.
 Prompts are tokenised as TRL's GRPOTrainer tokenises them for generation, so what is evaluated is what is trained.
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 from accelerate.utils import gather_object
 from transformers import DynamicCache, GenerationConfig, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models import unwrap_model_for_generation
 
 from .diagnostics import correctness_index, pass_at_k
@@ -250,26 +252,45 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 
 
 class HeldOutEvalCallback(TrainerCallback):
-    """Evaluates the training policy on the held-out rows at train start, every N steps and at the end."""
+    """Evaluates the training policy on the held-out rows at train start, every N steps and at the end.
+
+    Each checkpoint keeps the evaluations made up to its step (HISTORY_FILE). A run resumed from one takes them over
+    instead of evaluating again at its start: the earlier run's evaluations up to that step are in Trackio already
+    (checkpoint.start removes only those after it), and eval_summary.json still starts at step 0.
+    """
+
+    HISTORY_FILE = "heldout_evaluations.json"
 
     def __init__(self, trainer, rows: list[dict], correctness, fmt, settings: EvalSettings, every: int,
-                 output_dir: str):
+                 output_dir: str, resume_from: str | Path | None = None):
         self.trainer, self.rows, self.correctness, self.fmt = trainer, rows, correctness, fmt
         self.settings, self.every, self.output_dir = settings, every, Path(output_dir)
+        self.resume_from = Path(resume_from) if resume_from else None
         self.history: list[dict] = []
         self._first: list[dict] | None = None  # per-row records of the first and the latest evaluation, for the paired
         self._latest: list[dict] | None = None  # gain and the completions file written at the end
         self._done = False
 
     @classmethod
-    def from_recipe(cls, trainer, recipe, held_out, funcs) -> HeldOutEvalCallback:
+    def from_recipe(cls, trainer, recipe, held_out, funcs, resume_from: str | Path | None = None
+                    ) -> HeldOutEvalCallback:
         correctness, fmt = reward_roles(recipe, funcs)
         settings = EvalSettings.from_configs(recipe, trainer.args)
         return cls(trainer, held_out.to_list(), correctness, fmt, settings, recipe.eval_every_steps,
-                   trainer.args.output_dir)
+                   trainer.args.output_dir, resume_from)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        saved = self.resume_from / self.HISTORY_FILE if self.resume_from else None
+        if saved is not None and saved.is_file():
+            self.history = json.loads(saved.read_text())
+            return
         self._evaluate(state, "start")
+
+    def on_save(self, args, state, control, **kwargs):
+        # Before checkpoint.CheckpointCallback.on_save (added after this callback) marks the checkpoint complete.
+        if state.is_world_process_zero:
+            path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / self.HISTORY_FILE
+            path.write_text(json.dumps(self.history, indent=1) + "\n")
 
     def on_step_end(self, args, state, control, **kwargs):
         final = control.should_training_stop or state.global_step >= state.max_steps

@@ -166,11 +166,39 @@ def test_eval_cli_on_a_checkpoint(tiny_model_dir, run_env):
     assert main(["eval", "--recipe", "nosuchrecipe", "--model", str(tiny_model_dir)]) == 2
 
 
+def test_eval_cli_reads_a_training_output_dir_that_holds_checkpoints(tiny_model_dir, run_env, monkeypatch, capsys):
+    """README: `grpo-recipes eval --recipe math --model outputs/math_grpo`, run where a default training run wrote
+    its model and checkpoints (the config's output_dir). Evaluation writes no checkpoints, so the training-output
+    check does not apply; training into that folder is still refused."""
+    import shutil
+
+    from grpo_recipes.checkpoint import mark_complete
+    from grpo_recipes.cli import main
+    from grpo_recipes.errors import ConfigError
+    from grpo_recipes.runner import prepare
+
+    monkeypatch.chdir(run_env)
+    out = run_env / "outputs" / "math_grpo"  # math_cpu.yaml's output_dir
+    shutil.copytree(tiny_model_dir, out)
+    checkpoint = out / "checkpoint-5"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
+    mark_complete(checkpoint, 5)
+    with pytest.raises(ConfigError, match="outputs/math_grpo already holds checkpoints of an earlier run"):
+        prepare("math", ["--config", str(MATH_CONFIG)])
+    capsys.readouterr()
+    assert main(["eval", "--recipe", "math", "--model", "outputs/math_grpo", "--limit", "2", "--k", "1", "--",
+                 "--max_completion_length", "4"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"] == 2 and report["model"] == "outputs/math_grpo"
+
+
 def trackio_rows(trackio_dir, project):
+    """(metrics of every row, alerts, (Trackio step, metrics) of every row), in log order."""
     with sqlite3.connect(trackio_dir / f"{project}.db") as con:
-        metrics = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics")]
+        stepped = [(step, json.loads(m)) for step, m in con.execute("SELECT step, metrics FROM metrics ORDER BY id")]
         alerts = con.execute("SELECT title, text FROM alerts").fetchall()
-    return metrics, alerts
+    return [m for _, m in stepped], alerts, stepped
 
 
 def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_env):
@@ -178,7 +206,16 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    metrics, alerts = trackio_rows(run_env / "trackio", "grpo-recipes-math")
+    metrics, alerts, stepped = trackio_rows(run_env / "trackio", "grpo-recipes-math")
+    # Trackio's step is the training step (tracking.TrackioRun): the evaluations before the first step and after the
+    # last, one training record, one completions table (TRL's, whose rows name their step) and the reward timings of
+    # each step. test_resume.py checks the same against the runs' own records, across kills and resumes.
+    assert [s for s, m in stepped if "eval/pass@1" in m] == [0, 2]
+    assert [s for s, m in stepped if "train/loss" in m] == [1, 2]
+    assert all(s == m["train/global_step"] for s, m in stepped if "train/global_step" in m)
+    tables = [(s, {r["step"] for r in m["completions"]["_value"]}) for s, m in stepped if "completions" in m]
+    assert tables == [(1, {1}), (2, {2})]
+    assert [s for s, m in stepped if "profiling/Time taken: RecipeTrainer.math_correctness" in m] == [1, 2]
     train = [m for m in metrics if "train/diag/adv_mean" in m]
     assert {m["train/global_step"] for m in train} == {1, 2}
     for m in train:

