@@ -254,9 +254,10 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 class HeldOutEvalCallback(TrainerCallback):
     """Evaluates the training policy on the held-out rows at train start, every N steps and at the end.
 
-    Each checkpoint keeps the evaluations made up to its step (HISTORY_FILE). A run resumed from one takes them over
-    instead of evaluating again at its start: the earlier run's evaluations up to that step are in Trackio already
-    (checkpoint.start removes only those after it), and eval_summary.json still starts at step 0.
+    Each checkpoint keeps the evaluations made up to its step, and the first one's per-row records (HISTORY_FILE). A
+    run resumed from one takes them over instead of evaluating again at its start: the earlier run's evaluations up to
+    that step are in Trackio already (checkpoint.start removes only those after it), and eval_summary.json, its
+    paired gain and eval_completions.jsonl still start at step 0.
     """
 
     HISTORY_FILE = "heldout_evaluations.json"
@@ -282,7 +283,8 @@ class HeldOutEvalCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         saved = self.resume_from / self.HISTORY_FILE if self.resume_from else None
         if saved is not None and saved.is_file():
-            self.history = json.loads(saved.read_text())
+            kept = json.loads(saved.read_text())
+            self.history, self._first = kept["history"], kept["first_records"]
             return
         self._evaluate(state, "start")
 
@@ -290,7 +292,9 @@ class HeldOutEvalCallback(TrainerCallback):
         # Before checkpoint.CheckpointCallback.on_save (added after this callback) marks the checkpoint complete.
         if state.is_world_process_zero:
             path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / self.HISTORY_FILE
-            path.write_text(json.dumps(self.history, indent=1) + "\n")
+            # The first evaluation's per-row records too: the paired gain and the completions file compare with them.
+            kept = {"history": self.history, "first_records": self._first}
+            path.write_text(json.dumps(kept, indent=1, ensure_ascii=False) + "\n")
 
     def on_step_end(self, args, state, control, **kwargs):
         final = control.should_training_stop or state.global_step >= state.max_steps

@@ -117,6 +117,11 @@ def assert_rows_at_training_steps(root: Path) -> None:
     assert sorted(s for s, _ in evaluations) == sorted(made) == EVAL_STEPS  # once each, start and end included
     assert dict(evaluations) == made
     assert summary["start"]["step"] == 0 and summary["end"]["step"] == STEPS
+    # The paired gain and the per-question file compare the step-0 evaluation (made before the kill) with the last.
+    lines = [json.loads(x) for x in (root / "out" / "eval_completions.jsonl").read_text().splitlines()]
+    assert {(r["start"]["step"], r["end"]["step"]) for r in lines} == {(0, STEPS)}
+    assert sum(bool(r["start"]["correct"]) for r in lines) / len(lines) == summary["start"]["pass_at_1"]
+    assert summary["greedy_gain"]["rows"] == len(lines)
     # The probe's profiling row at the step whose batch it scored; no profiling row outside the steps trained.
     assert sorted(s for s, m in rows if PROBE_TIMING in m) == sorted(probe) == steps
     assert {s for s, m in rows if any(k.startswith("profiling/") for k in m)} == set(steps)
