@@ -11,12 +11,23 @@ slows every setting alike; each setting reports the median over rounds.
 - gen_batch_32/64: `steps_per_generation: 2/4`, i.e. one generate call for 2/4 optimiser steps. Faster per
   completion, but it changes training: later steps learn from completions of an older policy (off-policy).
 - paged:          `use_transformers_paged: true` (transformers continuous batching, `generate_batch`).
+
+    python bench/generation_speed.py --threads [--busy 2]
+
+compares OpenMP settings for the default path instead: 1 thread, 2 threads that spin while waiting (OpenMP's
+ACTIVE policy, the default without grpo_recipes) and 2 passive threads (what grpo_recipes sets), each in its own
+process (OpenMP reads them at start-up), alternating; `--busy N` keeps N other processes spinning meanwhile, as
+a busy machine does (training beside evaluation, the sandbox, other users).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -56,15 +67,20 @@ def gen_config(tok, grpo, cache: str | None):
                             disable_compile=True)
 
 
-def run_generate(model, tok, prompt_ids, config) -> int:
+def run_generate(model, tok, prompt_ids, config, count_tokens: bool = False) -> int:
+    """-> completions made, or with count_tokens the tokens generated up to each completion's EOS."""
     from trl.trainer.utils import pad
+
+    from grpo_recipes.evaluate import _cut_at_eos
 
     tensors = [torch.tensor(p) for p in prompt_ids]
     ids = pad(tensors, padding_value=tok.pad_token_id, padding_side="left")
     mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left")
     with torch.no_grad():
-        model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-    return len(prompt_ids)
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    if not count_tokens:
+        return len(prompt_ids)
+    return sum(len(c) for c in _cut_at_eos(out[:, ids.shape[1]:].tolist(), [tok.eos_token_id]))
 
 
 def run_paged(model, tok, prompt_ids, config) -> int:
@@ -73,15 +89,67 @@ def run_paged(model, tok, prompt_ids, config) -> int:
     return len(out)
 
 
+THREAD_SETTINGS = {
+    "1 thread": {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"},
+    "2 threads, active": {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "ACTIVE"},
+    "2 threads, passive": {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"},
+}
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def compare_threads(args) -> None:
+    busy = [subprocess.Popen([sys.executable, "-c", f"import runpy; runpy.run_path({__file__!r})['spin']()"])
+            for _ in range(args.busy)]
+    rates: dict[str, list[float]] = {k: [] for k in THREAD_SETTINGS}
+    try:
+        for r in range(args.rounds):
+            for name, env in THREAD_SETTINGS.items():
+                cmd = [sys.executable, __file__, "--worker", "--rounds", "1"] + (["--model", args.model] if args.model else [])
+                out = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+                rates[name].append(json.loads(out.splitlines()[-1])["tokens_per_s"])
+            print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.1f} tok/s" for k, v in rates.items()), flush=True)
+    finally:
+        for b in busy:
+            b.kill()
+    base = statistics.median(rates["1 thread"])
+    print(f"\n{'setting':<20} {'tokens/s':>9} {'ratio vs 1 thread':>18}   ({args.busy} busy processes)")
+    for name, values in rates.items():
+        print(f"{name:<20} {statistics.median(values):>9.1f} {statistics.median(values) / base:>18.2f}")
+
+
+def worker(args) -> None:
+    """One process, one OpenMP setting: tokens/s of the default generate call (the recipe's batch)."""
+    torch.manual_seed(0)
+    model, tok, grpo, prompts = load(args.model)
+    g = grpo.num_generations
+    batch = [ids for ids in prompts[: grpo.generation_batch_size // g] for _ in range(g)]
+    config = gen_config(tok, grpo, grpo.cache_implementation)
+    run_generate(model, tok, batch[:g], config)  # warm-up, not timed
+    start = time.perf_counter()
+    tokens = run_generate(model, tok, batch, config, count_tokens=True)
+    print(json.dumps({"tokens_per_s": tokens / (time.perf_counter() - start), "threads": torch.get_num_threads()}))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--model", default=None)
+    p.add_argument("--threads", action="store_true", help="compare OpenMP thread settings (see above)")
+    p.add_argument("--busy", type=int, default=0, help="with --threads: spinning processes beside the measurement")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.threads:
+        return compare_threads(args)
+    if args.worker:
+        return worker(args)
     torch.manual_seed(0)
     model, tok, grpo, prompts = load(args.model)
     g = grpo.num_generations
-    per_step = grpo.per_device_train_batch_size // g  # prompts per optimiser step
+    per_step = grpo.generation_batch_size // g  # prompts per optimiser step
 
     def batch(n_prompts):
         return [ids for ids in prompts[:n_prompts] for _ in range(g)]

@@ -57,6 +57,16 @@ def bf16_supported() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+def device_defaults() -> dict[str, bool]:
+    """Settings that depend on the hardware; an explicit setting in the file or on the CLI wins over them."""
+    defaults = {"bf16": bf16_supported()}  # bf16 only where the hardware has it
+    # Launched as several processes (torchrun sets WORLD_SIZE) on a machine without CUDA: Accelerate makes the workers
+    # gloo ranks only when told to use the CPU; otherwise each trains alone on the whole batch, at N times the memory.
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available():
+        defaults["use_cpu"] = True
+    return defaults
+
+
 def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None = None, training_cls=None):
     """argv + YAML -> (RecipeArguments, training config, ModelConfig, config path). Unknown keys are errors.
 
@@ -71,8 +81,7 @@ def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None
         os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
     known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}
     problems = [unknown_key_message(k, known, "config file") for k in config if k not in known]
-    # bf16 only where the hardware has it; an explicit setting in the file or on the CLI still wins.
-    config.setdefault("bf16", bf16_supported())
+    config = {**device_defaults(), **config}
     parser = TrlParser((RecipeArguments, training_cls, ModelConfig), allow_abbrev=False)  # --max_step is a typo
     # Every bad value, in the file or on the command line, is reported here: argparse would SystemExit on the first.
     problems += check_values(parser, (RecipeArguments, training_cls, ModelConfig), config, argv)

@@ -200,6 +200,8 @@ def main(recipe_name: str, default_config: Path | None = None, argv: list[str] |
         return 2
     logger.info(run.stage.describe(run))
     trainer = build_trainer(run)
+    state = trainer.accelerator.state
+    logger.info("processes: %d (%s, %s)", state.num_processes, state.distributed_type.value, state.device)
     code = train_and_save(trainer, run)
     if trainer.accelerator.num_processes > 1:
         exit_without_teardown(code)  # while `trainer` still holds the DDP wrapper: see there

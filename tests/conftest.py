@@ -65,6 +65,7 @@ def tiny_run_args(model_dir: Path, out: Path, steps: int = 2, *extra: str) -> li
     """CLI flags that shrink the default math recipe to seconds on CPU."""
     return [
         "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
-        "--num_generations", "4", "--per_device_train_batch_size", "8", "--max_completion_length", "8",
+        "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+        "--max_completion_length", "8",
         "--train_size", "40", "--eval_size", "8", "--save_strategy", "no", *extra,
     ]

@@ -4,7 +4,7 @@ import pytest
 
 from conftest import REPO
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.parsing import parse_recipe_args
+from grpo_recipes.parsing import device_defaults, parse_recipe_args
 from grpo_recipes.runner import default_run_name
 
 DEFAULT = REPO / "recipes/configs/math_cpu.yaml"
@@ -96,3 +96,16 @@ def test_config_is_named_the_same_ways_the_launcher_accepts(tmp_path):
         parse_recipe_args(["--config"])
     with pytest.raises(ConfigError, match="--config: no such file"):
         parse_recipe_args(["--config", str(tmp_path / "missing.yaml")])
+
+
+def test_several_processes_without_cuda_train_as_cpu_ranks(monkeypatch):
+    # accelerate_configs/cpu_ddp.yaml starts its workers through torchrun; without use_cpu each would train alone.
+    # (Parsing with WORLD_SIZE=2 would start the process group; the slow two-process test runs that for real.)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert device_defaults() == {"bf16": False}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert device_defaults() == {"bf16": False, "use_cpu": True}
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.is_bf16_supported", lambda: True)
+    assert device_defaults() == {"bf16": True}

@@ -1,10 +1,13 @@
 """The math recipe end to end: 2 GRPO steps of a tiny model, logged to Trackio, saved."""
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from conftest import REPO, tiny_run_args
@@ -52,3 +55,35 @@ def test_default_recipe_one_real_step_logs_reward_and_loss(run_env):
     assert train["train/global_step"] == 1
     assert 0.0 <= train["train/rewards/math_correctness/mean"] <= 1.0
     assert train["train/loss"] == train["train/loss"]  # not NaN
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+@pytest.mark.slow
+def test_default_recipe_on_two_cpu_processes_fits_half_the_machine(run_env):
+    """README's two-process CPU command with the real model: both ranks train as gloo ranks, and the whole process
+    tree (launcher, torchrun, two workers) stays under 12 GB, half of the project's 24 GB machine."""
+    out = run_env / "out"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+           str(REPO / "accelerate_configs" / "cpu_ddp.yaml"), str(REPO / "recipes" / "math_grpo.py"),
+           "--max_steps", "2", "--output_dir", str(out), "--eval_size", "32"]
+    env = {k: v for k, v in os.environ.items() if k not in ("ACCELERATE_USE_CPU", "WORLD_SIZE")}
+    with open(run_env / "log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=run_env, env=env)
+        tree, peak = psutil.Process(proc.pid), 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss(tree))
+            time.sleep(0.2)
+    text = (run_env / "log").read_text()
+    assert proc.returncode == 0, text[-4000:]
+    assert (out / "model.safetensors").is_file()
+    assert "processes: 2 (MULTI_CPU, cpu)" in text  # not two lone trainers
+    assert peak < 12 * 2**30, f"peak RSS of the process tree {peak / 2**30:.1f} GB"
