@@ -17,12 +17,16 @@ PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade pip
 
 # torch before the project: left to the dependency resolver, pip takes PyPI's default Linux wheel, a multi-GB CUDA
-# build. A machine with an NVIDIA driver gets that build on purpose; any other gets the CPU build.
+# build. A machine with an NVIDIA driver gets that build on purpose; any other asks PyTorch's CPU index for torch
+# alone. Where that index is unreachable (this project's CI and workplace reach only PyPI, whose pinned torch is
+# served there as the CPU build), pip's own index is used, and the script says so.
 if ! "$PY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH')" 2>/dev/null; then
     if command -v nvidia-smi >/dev/null 2>&1; then
         "$PY" -m pip install -q "torch==$TORCH"
-    else
-        "$PY" -m pip install -q "torch==$TORCH" --extra-index-url https://download.pytorch.org/whl/cpu
+    elif ! "$PY" -m pip install -q --timeout 15 --retries 0 "torch==$TORCH" \
+            --index-url https://download.pytorch.org/whl/cpu 2>/dev/null; then
+        echo "setup: download.pytorch.org/whl/cpu is unreachable; installing torch==$TORCH from pip's index" >&2
+        "$PY" -m pip install -q "torch==$TORCH"
     fi
 fi
 "$PY" -m pip install -q -e ".[dev]"
