@@ -2,6 +2,7 @@
 
     python bench/profile_default.py                 # both arms, 2 training steps each, held-out evaluation at both ends
     python bench/profile_default.py --steps 3 --arms after
+    python bench/profile_default.py --eval_rows 16       # both arms evaluate 16 rows: eval then reads per row
 
 Each arm is its own process (a clean peak RSS), one after the other on the same machine in the same run; the table
 gives each phase's seconds per training step (per call for `setup` and `eval`), its peak RSS, and the after/before ratio.
@@ -88,7 +89,7 @@ class Profiler:
         setattr(owner, method, timed)
 
 
-def run_arm(steps: int, out: Path, argv: list[str]) -> dict:
+def run_arm(steps: int, out: Path, argv: list[str], eval_rows: int | None) -> dict:
     """One arm in this process: the default recipe with every phase timed."""
     import accelerate
     import torch
@@ -108,12 +109,14 @@ def run_arm(steps: int, out: Path, argv: list[str]) -> dict:
         prof.wrap(owner, method, name)
     flags = ["--max_steps", str(steps), "--eval_every_steps", str(steps), "--output_dir", str(out),
              "--overwrite_output_dir", "true", "--save_strategy", "no", "--report_to", "none", *argv]
+    flags += ["--eval_size", str(eval_rows)] if eval_rows else []
     start = time.perf_counter()
     with prof.phase("setup"):
         run = runner.prepare("math", flags, REPO / "recipes" / "configs" / "math_cpu.yaml")
         trainer = runner.build_trainer(run)
     runner.train_and_save(trainer, run)
     return {"steps": steps, "total_s": time.perf_counter() - start, "threads": torch.get_num_threads(),
+            "eval_rows": len(run.held_out),
             "phases": {k: {"s": prof.wall[k], "cpu_s": prof.cpu[k], "peak_gb": prof.peak[k] / 2**30,
                            "calls": prof.calls[k]} for k in PHASES if k in prof.wall or k in prof.peak}}
 
@@ -129,12 +132,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=2, help="training steps per arm")
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--eval_rows", type=int, help="held-out rows for both arms (default: each arm's own)")
     p.add_argument("--out", type=Path, default=REPO / "outputs" / "profile_default")
     p.add_argument("--arm", choices=list(ARMS), help=argparse.SUPPRESS)  # the child process of one arm
     p.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.arm:
-        result = run_arm(args.steps, args.out / args.arm, ARMS[args.arm]["flags"])
+        result = run_arm(args.steps, args.out / args.arm, ARMS[args.arm]["flags"], args.eval_rows)
         args.json.write_text(json.dumps(result))
         return
     results = {}
@@ -143,7 +147,7 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", **ARMS[arm]["env"]}
         cmd = [sys.executable, __file__, "--arm", arm, "--steps", str(args.steps), "--out", str(args.out),
-               "--json", str(path)]
+               "--json", str(path)] + (["--eval_rows", str(args.eval_rows)] if args.eval_rows else [])
         subprocess.run(cmd, env=env, check=True)
         results[arm] = json.loads(path.read_text())
     print(f"\n{'phase':<16}" + "".join(f"{arm + ' s':>11}{arm + ' GB':>11}" for arm in results)
@@ -157,6 +161,7 @@ def main() -> None:
             row += f"{a / b:>10.2f}" if b else ""
         print(row)
     for arm, r in results.items():
+        print(f"{arm}: eval {per_unit(r, 'eval') / r['eval_rows']:.2f} s per held-out row ({r['eval_rows']} rows)")
         peak = max(v["peak_gb"] for v in r["phases"].values())
         print(f"{arm}: {r['total_s']:.0f} s for {r['steps']} steps and 2 evaluations, peak RSS {peak:.2f} GB, "
               f"{r['threads']} threads")

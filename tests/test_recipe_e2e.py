@@ -86,4 +86,5 @@ def test_default_recipe_on_two_cpu_processes_fits_half_the_machine(run_env):
     assert proc.returncode == 0, text[-4000:]
     assert (out / "model.safetensors").is_file()
     assert "processes: 2 (MULTI_CPU, cpu" in text  # not two lone trainers
+    print(f"two-process default, 2 steps: peak RSS of the process tree {peak / 2**30:.2f} GB")  # shown with -s
     assert peak < 12 * 2**30, f"peak RSS of the process tree {peak / 2**30:.1f} GB"
