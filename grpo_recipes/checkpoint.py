@@ -17,13 +17,13 @@ the interrupted epoch. TRL's RepeatSampler draws each epoch's order from one gen
 in a later epoch would replay the first epoch's order; `on_epoch_begin` re-derives the generator for the epoch so the
 order is the one an uninterrupted run sees.
 
-Metric history. transformers' TrackioCallback logs each record with Trackio's own step counter and adds
-`train/global_step`; `trackio.init(resume="allow")` appends to the run of the same name. After a SIGKILL at step k
-with the last valid checkpoint at c < k, steps c+1..k would be logged twice. Before training restarts, the rows of this
-run that belong to steps after c are deleted from Trackio's local SQLite database (they are about to be recomputed,
-and the recomputed values are the ones that lead to the final model). `on_save` also flushes Trackio's write queue
-before marking a checkpoint complete, so every step up to a valid checkpoint is on disk: no gaps. The Trackio side of
-both is tracking.py; the signal handling is signals.py.
+Metric history. Every Trackio row is logged at its training step (tracking.TrackioRun), and
+`trackio.init(resume="allow")` appends to the run of the same name. After a SIGKILL at step k with the last valid
+checkpoint at c < k, steps c+1..k would be logged twice. Before training restarts, the rows of this run at steps after
+c are deleted from Trackio's local SQLite database (they are about to be recomputed, and the recomputed values are the
+ones that lead to the final model). `on_save` also flushes Trackio's write queue before marking a checkpoint complete,
+so every step up to a valid checkpoint is on disk: no gaps. The Trackio side of both is tracking.py; the signal
+handling is signals.py.
 """
 
 from __future__ import annotations

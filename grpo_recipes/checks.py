@@ -1,10 +1,10 @@
 """Start-up checks: everything that can be checked before a model is loaded, reported together.
 
 `collect` is the one entry point, used by the runner for GRPO and SFT alike. It runs twice:
-1. on the config alone (nothing loaded): the data settings (data.check_data_args), the rewards list
-   (registry.check_specs), reward roles and evaluation settings, ranges and the string choices TRL only checks deep
-   inside a training step, the output directory versus resume/overwrite, Trackio grouping, vLLM (vllm_support);
-   for the SFT warm-up its own settings;
+1. on the config alone (nothing loaded): the data settings (data.check_data_args), the rewards list and their
+   params' values (registry.check_specs), reward roles and evaluation settings, ranges and the string choices TRL
+   only checks deep inside a training step, the output directory versus resume/overwrite (not when nothing is
+   trained: `grpo-recipes eval`), Trackio grouping, vLLM (vllm_support); for the SFT warm-up its own settings;
 2. once the data is loaded and the run is planned: the reward columns against the dataset, enough distinct prompts
    for one generation batch, and a fresh start into a Trackio run that already has metrics.
 Out-of-the-ordinary but legal values are warnings (logged), not errors. Bad values and unknown keys are found earlier,
@@ -16,7 +16,6 @@ Every message starts with the field name and ends with the fix.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from . import checkpoint, registry, tracking, vllm_support
 from .config import SFT_FORMATS
 from .data import check_data_args
+from .registry import choice_hint
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -46,11 +46,13 @@ WARN_EPSILON = 0.5
 
 
 def collect(recipe, training, model_args=None, known: Mapping[str, registry.RewardDef] | None = None, *,
-            data: tuple[Any, Any] | None = None, plan: checkpoint.RunPlan | None = None) -> list[str]:
+            data: tuple[Any, Any] | None = None, plan: checkpoint.RunPlan | None = None,
+            training_output: bool = True) -> list[str]:
     """Every start-up problem, as messages; warnings are logged.
 
     Without `data`: the problems visible from the config alone. With `data` = (train, held_out) and the run's `plan`:
     the problems only the loaded data and the planned run show. `known`: the available rewards (registry.available).
+    `training_output=False` (`grpo-recipes eval`, which trains nothing) skips the output-directory checks.
     """
     known = registry.available(recipe.reward_dirs or ()) if known is None else known
     grpo, warmup = _is_grpo(training), _is_warmup(training)
@@ -61,7 +63,7 @@ def collect(recipe, training, model_args=None, known: Mapping[str, registry.Rewa
         if needs_rewards:
             problems += registry.check_specs(recipe.reward_specs, known, columns=None)
         problems += reward_setting_problems(recipe)
-        errors, warnings = static_checks(recipe, training, model_args)
+        errors, warnings = static_checks(recipe, training, model_args, training_output)
         report_warnings(warnings)
         return problems + errors
     train, held_out = data
@@ -85,11 +87,6 @@ def _is_warmup(training) -> bool:
     return hasattr(training, "sft_format")
 
 
-def choice_hint(value: Any, choices: Sequence[Any]) -> str:
-    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
 def report_warnings(warnings: Sequence[str]) -> None:
     for w in warnings:
         logger.warning("config: %s", w)
@@ -109,7 +106,9 @@ def reward_setting_problems(recipe) -> list[str]:
     correctness = recipe.correctness_reward or (names[0] if names else None)
     if recipe.format_reward is not None and recipe.format_reward == correctness:
         problems.append("format_reward: must differ from the correctness reward")
-    for name in ("eval_k", "eval_generation_batch_size", "alert_patience", "alert_baseline_steps"):
+    if recipe.eval_k < 0:
+        problems.append(f"eval_k: must be >= 0 (0: greedy held-out evaluation only), got {recipe.eval_k}")
+    for name in ("eval_generation_batch_size", "alert_patience", "alert_baseline_steps"):
         if getattr(recipe, name) < 1:
             problems.append(f"{name}: must be >= 1, got {getattr(recipe, name)}")
     if recipe.eval_every_steps < 0:
@@ -122,9 +121,10 @@ def reward_setting_problems(recipe) -> list[str]:
 # ------------------------------------------------------------------------------------------------------- static
 
 
-def static_checks(recipe, training, model_args=None) -> tuple[list[str], list[str]]:
+def static_checks(recipe, training, model_args=None, training_output: bool = True) -> tuple[list[str], list[str]]:
     """(errors, warnings) visible from the parsed config alone: those of every run, then GRPO's or the warm-up's.
-    Loads nothing."""
+    `training_output=False` skips those of the output directory (checkpoints versus resume/overwrite). Loads
+    nothing."""
     errors: list[str] = []
     warnings: list[str] = []
     if _is_grpo(training):
@@ -139,7 +139,8 @@ def static_checks(recipe, training, model_args=None) -> tuple[list[str], list[st
         errors.append(f"max_reward_failure_rate: {rate:g}; it is a fraction between 0 and 1 (1 never stops the run)")
     if window < 1:
         errors.append(f"reward_failure_window: {window}; it is a number of completions, at least 1")
-    errors += checkpoint.output_dir_problems(recipe, training)
+    if training_output:
+        errors += checkpoint.output_dir_problems(recipe, training)
     if _is_grpo(training):
         errors += vllm_problems(training, model_args)
     return errors, warnings

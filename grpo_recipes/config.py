@@ -142,7 +142,11 @@ class RecipeArguments:
     eval_every_steps: int = field(
         default=0, metadata={"help": "Held-out evaluation every N optimiser steps; 0: only at train start and end."}
     )
-    eval_k: int = field(default=4, metadata={"help": "Samples per prompt (training temperature) for pass@k."})
+    eval_k: int = field(
+        default=4,
+        metadata={"help": "Held-out samples per prompt (training temperature) for eval/pass@k; 0: greedy pass@1 only "
+                          "(a fifth of the cost). Also the k of diag/pass@k (0 there: num_generations)."},
+    )
     eval_max_new_tokens: int | None = field(
         default=None, metadata={"help": "Completion length limit for held-out evaluation (default max_completion_length)."}
     )

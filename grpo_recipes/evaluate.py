@@ -1,8 +1,9 @@
 """Held-out evaluation with the recipe's own verifier: greedy pass@1, sampled pass@k, format rate, mean length.
 
 Used three ways, all through `evaluate`:
-- during GRPO training, `HeldOutEvalCallback` evaluates the policy at train start, every `eval_every_steps` and at
-  the end, logs `eval_pass@1` etc. through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
+- during GRPO training, `HeldOutEvalCallback` evaluates the policy at train start (a resumed run takes over the
+  evaluations its checkpoint recorded instead), every `eval_every_steps` and at the end, logs `eval_pass@1` etc.
+  through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
 - the SFT warm-up's greedy format check before and after training (sft.py, with k=0: no samples);
 - `grpo-recipes eval --recipe math --model PATH` (cli/eval.py) evaluates any checkpoint on a recipe's held-out split.
 Prompts are tokenised as TRL's GRPOTrainer tokenises them for generation, so what is evaluated is what is trained.
@@ -22,6 +23,7 @@ from pathlib import Path
 import torch
 from accelerate.utils import gather_object
 from transformers import DynamicCache, GenerationConfig, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models import unwrap_model_for_generation
 
 from .diagnostics import correctness_index, pass_at_k
@@ -250,24 +252,45 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 
 
 class HeldOutEvalCallback(TrainerCallback):
-    """Evaluates the training policy on the held-out rows at train start, every N steps and at the end."""
+    """Evaluates the training policy on the held-out rows at train start, every N steps and at the end.
+
+    Each checkpoint keeps the evaluations made up to its step (HISTORY_FILE). A run resumed from one takes them over
+    instead of evaluating again at its start: the earlier run's evaluations up to that step are in Trackio already
+    (checkpoint.start removes only those after it), and eval_summary.json still starts at step 0.
+    """
+
+    HISTORY_FILE = "heldout_evaluations.json"
 
     def __init__(self, trainer, rows: list[dict], correctness, fmt, settings: EvalSettings, every: int,
-                 output_dir: str):
+                 output_dir: str, resume_from: str | Path | None = None):
         self.trainer, self.rows, self.correctness, self.fmt = trainer, rows, correctness, fmt
         self.settings, self.every, self.output_dir = settings, every, Path(output_dir)
+        self.resume_from = Path(resume_from) if resume_from else None
         self.history: list[dict] = []
+        self._first: list[dict] | None = None  # per-row records of the first and the latest evaluation, for the paired
+        self._latest: list[dict] | None = None  # gain and the completions file written at the end
         self._done = False
 
     @classmethod
-    def from_recipe(cls, trainer, recipe, held_out, funcs) -> HeldOutEvalCallback:
+    def from_recipe(cls, trainer, recipe, held_out, funcs, resume_from: str | Path | None = None
+                    ) -> HeldOutEvalCallback:
         correctness, fmt = reward_roles(recipe, funcs)
         settings = EvalSettings.from_configs(recipe, trainer.args)
         return cls(trainer, held_out.to_list(), correctness, fmt, settings, recipe.eval_every_steps,
-                   trainer.args.output_dir)
+                   trainer.args.output_dir, resume_from)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        saved = self.resume_from / self.HISTORY_FILE if self.resume_from else None
+        if saved is not None and saved.is_file():
+            self.history = json.loads(saved.read_text())
+            return
         self._evaluate(state, "start")
+
+    def on_save(self, args, state, control, **kwargs):
+        # Before checkpoint.CheckpointCallback.on_save (added after this callback) marks the checkpoint complete.
+        if state.is_world_process_zero:
+            path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / self.HISTORY_FILE
+            path.write_text(json.dumps(self.history, indent=1) + "\n")
 
     def on_step_end(self, args, state, control, **kwargs):
         final = control.should_training_stop or state.global_step >= state.max_steps
@@ -295,6 +318,9 @@ class HeldOutEvalCallback(TrainerCallback):
             records, seconds = evaluate(model, tr.processing_class, mine, self.correctness, self.fmt, self.settings,
                                         tr.eos_token_ids, tr.chat_template, state) if mine else ([], 0.0)
         records = gather_object(records) if acc.num_processes > 1 else records
+        if self._first is None:
+            self._first = records
+        self._latest = records
         result = summarise(records, self.settings, self.fmt is not None, seconds)
         self.history.append({"step": state.global_step, "when": when, **asdict(result)})
         logger.info("held-out eval (%s, step %d): %s in %.1fs", when, state.global_step, result.as_logs(), seconds)
@@ -302,13 +328,39 @@ class HeldOutEvalCallback(TrainerCallback):
 
     def _write_summary(self) -> None:
         start, end = self.history[0], self.history[-1]
-        summary = {"rows": end["rows"], "k": self.settings.k, "start": start, "end": end, "evaluations": self.history}
+        gain = paired_gain(self._first, self._latest, self.settings.threshold)
+        summary = {"rows": end["rows"], "k": self.settings.k, "start": start, "end": end, "greedy_gain": gain,
+                   "evaluations": self.history}
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        self.trainer.accelerator.print(format_before_after(start, end))
+        # What the model learned, question by question: the greedy completions before and after.
+        acc = self.trainer.accelerator
+        rows = [r for p in range(acc.num_processes) for r in self.rows[p :: acc.num_processes]]  # gather order
+        with open(self.output_dir / "eval_completions.jsonl", "w") as f:
+            for row, a, b in zip(rows, self._first, self._latest, strict=True):
+                f.write(json.dumps({"question": row.get("question"), "answer": row.get("answer"),
+                                    "start": {"step": start["step"], "correct": a["greedy"], "completion": a["completion"]},
+                                    "end": {"step": end["step"], "correct": b["greedy"], "completion": b["completion"]}},
+                                   ensure_ascii=False) + "\n")
+        self.trainer.accelerator.print(format_before_after(start, end, gain))
 
 
-def format_before_after(start: dict, end: dict) -> str:
+def paired_gain(first: list[dict], last: list[dict], threshold: float) -> dict | None:
+    """Greedy pass@1 gain from the first to the last evaluation over the rows both scored, with its standard error.
+
+    The rows are the same questions both times, so the per-row differences are paired: their spread (not that of two
+    independent proportions) is the noise of the gain. -> {"gain", "se", "rows"} or None when nothing was scored."""
+    diffs = [float(b["greedy"] >= threshold) - float(a["greedy"] >= threshold)
+             for a, b in zip(first, last, strict=True) if a["greedy"] is not None and b["greedy"] is not None]
+    if not diffs:
+        return None
+    n = len(diffs)
+    mean = sum(diffs) / n
+    var = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    return {"gain": mean, "se": (var / n) ** 0.5, "rows": n}
+
+
+def format_before_after(start: dict, end: dict, gain: dict | None = None) -> str:
     lines = [f"held-out evaluation, {end['rows']} rows (step {start['step']} -> step {end['step']}):"]
     for key, label in (("pass_at_1", "pass@1 (greedy)"), ("pass_at_k", f"pass@{end['k']}"),
                        ("pass_at_1_sampled", "pass@1 (sampled)"), ("format_rate", "format rate"),
@@ -317,6 +369,8 @@ def format_before_after(start: dict, end: dict) -> str:
         if a is None and b is None:
             continue
         delta = f"{b - a:+.3f}" if a is not None and b is not None else "n/a"
+        if key == "pass_at_1" and gain is not None:
+            delta += f" +- {gain['se']:.3f} SE, paired over {gain['rows']} rows"
         fa, fb = ("n/a" if v is None else f"{v:.3f}" for v in (a, b))
         lines.append(f"  {label:<18} {fa:>8} -> {fb:>8}  ({delta})")
     return "\n".join(lines)

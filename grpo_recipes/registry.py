@@ -9,7 +9,9 @@ A reward is a plain function in a file under a rewards folder:
 Its signature is its contract, so nothing is declared twice:
 - `completions`: the completion texts (str), one per sampled completion.
 - parameters with no default after it: dataset columns it reads (one value per completion).
-- keyword parameters with a default: settings a YAML config may set under `params:`.
+- keyword parameters with a default: settings a YAML config may set under `params:`. Their annotations say which
+  values they accept (`check_specs` reports any other before the model loads): bool, int, float, str, a class,
+  `Literal[...]`, `X | None`, and `Annotated[float, Range(gt=0)]` for bounds. An unannotated one takes any value.
 - the context names in CONTEXT_NAMES, when present, are filled in from the trainer.
 It returns one float or None per completion. None means "could not score" and is excluded by TRL.
 
@@ -20,17 +22,20 @@ search and the loader (`search_dirs`, `load_files`) know nothing of rewards, so 
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import logging
 import math
 import os
 import sys
+import types
+import typing
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union
 
 from . import bundled
 from .errors import RewardContractError, RewardFailureRateExceeded
@@ -52,10 +57,15 @@ class RewardDef:
     params: dict[str, Any]  # name -> default
     context: tuple[str, ...]
     role: str | None = None  # "format": scores the shape of an answer, not its truth (see default_format_reward)
+    param_types: dict[str, Any] = field(default_factory=dict)  # name -> resolved annotation, for annotated params
 
     @property
     def doc(self) -> str:
         return (inspect.getdoc(self.func) or "").strip().splitlines()[0] if self.func.__doc__ else ""
+
+    def describe_params(self) -> list[str]:
+        """One line per parameter: its default and the values it accepts, as `rewards list` shows them."""
+        return [f"{p}={default!r}  ({accepted(self.param_types.get(p, Any))})" for p, default in self.params.items()]
 
 
 _REGISTRY: dict[str, RewardDef] = {}
@@ -79,7 +89,135 @@ def _describe(func: Callable, name: str, source: str, role: str | None = None) -
             columns.append(p.name)
         else:
             params[p.name] = p.default
-    return RewardDef(name, func, source, tuple(columns), params, tuple(context), role)
+    types_ = {n: _param_type(func, name, source, n, sig.parameters[n].annotation) for n in params
+              if sig.parameters[n].annotation is not inspect.Parameter.empty}
+    return RewardDef(name, func, source, tuple(columns), params, tuple(context), role, types_)
+
+
+# ------------------------------------------------------------------------------------ parameter values
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds of a number parameter, checked at start-up: `timeout_s: Annotated[float, Range(gt=0)] = 3`."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def holds(self, value: float) -> bool:
+        return ((self.gt is None or value > self.gt) and (self.ge is None or value >= self.ge)
+                and (self.lt is None or value < self.lt) and (self.le is None or value <= self.le))
+
+    def __str__(self) -> str:
+        bounds = [(">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le)]
+        return " and ".join(f"{op} {v:g}" for op, v in bounds if v is not None)
+
+
+_SUPPORTED = "bool, int, float, str, a class, Literal[...], X | None, Annotated[int or float, Range(...)]"
+
+
+def _param_type(func: Callable, name: str, source: str, param: str, annotation: Any) -> Any:
+    """A parameter's annotation, resolved (reward files may use `from __future__ import annotations`) and known to
+    be checkable; a TypeError at registration otherwise, so a contract is never silently unchecked."""
+    holder = types.SimpleNamespace(__annotations__={param: annotation})
+    try:
+        hint = typing.get_type_hints(holder, globalns=getattr(func, "__globals__", {}), include_extras=True)[param]
+    except Exception as exc:
+        raise TypeError(f"reward '{name}' ({source}): the annotation of parameter '{param}' ({annotation!r}) cannot "
+                        f"be resolved: {exc}") from None
+    if not _checkable(hint):
+        raise TypeError(f"reward '{name}' ({source}): parameter '{param}' is annotated {hint!r}, which the registry "
+                        f"cannot check; use one of: {_SUPPORTED}")
+    return hint
+
+
+def _checkable(hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin is Annotated:  # metadata other than Range (a note, say) is not a constraint
+        bounded = any(isinstance(m, Range) for m in args[1:])
+        return _checkable(args[0]) and (not bounded or args[0] in (int, float))
+    if origin in (Union, types.UnionType):
+        return all(_checkable(a) for a in args)
+    if origin is Literal:
+        return True
+    return isinstance(origin or hint, type)
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether a config value is one the annotation accepts."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin is Annotated:
+        ranges = [m for m in args[1:] if isinstance(m, Range)]
+        return fits(value, args[0]) and all(r.holds(value) for r in ranges)
+    if origin in (Union, types.UnionType):
+        return any(fits(value, a) for a in args)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+def accepted(hint: Any) -> str:
+    """What an annotation accepts, in words: "one of 'literal', 'expression'", "a number > 0"."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return "any value"
+    if origin is Annotated:
+        bounds = " and ".join(str(m) for m in args[1:] if isinstance(m, Range))
+        return f"{accepted(args[0])} {bounds}".strip()
+    if origin in (Union, types.UnionType):
+        return " or ".join(accepted(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    words = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return words.get(hint) or f"a {(origin or hint).__name__}"
+
+
+def choice_hint(value: Any, choices: Sequence[Any]) -> str:
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _literals(hint: Any) -> list:
+    """The Literal values anywhere in an annotation, for a did-you-mean."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return list(args)
+    if origin in (Annotated, Union, types.UnionType):
+        return [v for a in (args[:1] if origin is Annotated else args) for v in _literals(a)]
+    return []
+
+
+def param_problem(rdef: RewardDef, param: str, value: Any) -> str | None:
+    """Why a config value does not fit the reward's annotation of `param`, or None."""
+    hint = rdef.param_types.get(param, Any)
+    if fits(value, hint):
+        return None
+    why = f"{value!r} is not {accepted(hint)}{choice_hint(value, _literals(hint))}"
+    if isinstance(value, str) and (number := _number(value)) is not None and fits(number, hint):
+        why += "; it is text: write the number unquoted (YAML reads 1e-3 as text, 1.0e-3 as a number)"
+    return why
+
+
+def _number(text: str) -> float | int | None:
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return None
 
 
 def reward(name: str, *, role: str | None = None) -> Callable[[Callable], Callable]:
@@ -205,8 +343,11 @@ def check_specs(
             problems.append(f"{where}: unknown reward '{spec.name}'. Known rewards: {', '.join(known) or 'none'}")
             continue
         for p in sorted(set(spec.params) - set(rdef.params)):
-            accepted = ", ".join(rdef.params) or "none"
-            problems.append(f"{where}.params.{p}: '{rdef.name}' has no parameter '{p}'; it accepts: {accepted}")
+            names = ", ".join(rdef.params) or "none"
+            problems.append(f"{where}.params.{p}: '{rdef.name}' has no parameter '{p}'; it accepts: {names}")
+        for p in [p for p in spec.params if p in rdef.params]:
+            if why := param_problem(rdef, p, spec.params[p]):
+                problems.append(f"{where}.params.{p}: {why}")
         if columns is not None:
             for col in rdef.columns:
                 if col not in columns:

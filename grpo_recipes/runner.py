@@ -33,6 +33,7 @@ from .evaluate import HeldOutEvalCallback
 from .models import prepare_model
 from .parsing import parse_recipe_args
 from .signals import exit_code
+from .trainer import RecipeTrainer, diagnostics_spec
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -61,10 +62,6 @@ class Stage:
         run.training.reward_weights = [s.weight for s in run.recipe.reward_specs]
 
     def make_trainer(self, run: Run, model_path: str):
-        # Not at module level: trl's GRPOTrainer imports Trackio, which fixes its storage folder from TRACKIO_DIR
-        # when first imported, and a recipe's trackio_dir is applied only once its config is parsed (name_run).
-        from .trainer import RecipeTrainer, diagnostics_spec
-
         return RecipeTrainer(
             model=model_path,
             reward_funcs=run.funcs,
@@ -78,7 +75,8 @@ class Stage:
         """The held-out evaluation and the alerts, as configured."""
         recipe, out = run.recipe, []
         if recipe.eval_heldout and run.held_out is not None and len(run.held_out):
-            out.append(HeldOutEvalCallback.from_recipe(trainer, recipe, run.held_out, run.funcs))
+            out.append(HeldOutEvalCallback.from_recipe(trainer, recipe, run.held_out, run.funcs,
+                                                       run.plan.resume_from))
         if recipe.alerts:
             names = [f.__name__ for f in run.funcs]
             correctness = names[correctness_index(names, recipe.correctness_reward)]
@@ -107,7 +105,7 @@ class Run:
     train: Any  # datasets.Dataset
     held_out: Any  # datasets.Dataset or None
     funcs: list[registry.CompiledReward]
-    plan: checkpoint.RunPlan
+    plan: checkpoint.RunPlan | None  # None when prepared for evaluation only
     stage: Stage
 
 
@@ -141,8 +139,11 @@ def name_run(recipe_name: str, recipe: RecipeArguments, training, model_args, st
 
 
 def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Path | None = None,
-            stage: type[Stage] = Stage) -> Run:
-    """Parse and check the config, plan and name the run, load the data, compile the rewards. Loads no model."""
+            stage: type[Stage] = Stage, *, for_training: bool = True) -> Run:
+    """Parse and check the config, plan and name the run, load the data, compile the rewards. Loads no model.
+
+    `for_training=False` (`grpo-recipes eval`): nothing will be trained into output_dir, so its checks (checkpoints of
+    an earlier run, resume, Trackio history) are skipped and no run is planned (`Run.plan` is None)."""
     stage = stage()
     recipe, training, model_args, _ = parse_recipe_args(argv, default_config, training_cls=stage.training_cls)
     known = registry.available(recipe.reward_dirs or ())
@@ -151,7 +152,7 @@ def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Pat
         recipe.format_reward = registry.default_format_reward(recipe.reward_specs, known, correctness)
         if recipe.format_reward:
             logger.info("format_reward: %s (the configured reward with role 'format')", recipe.format_reward)
-    problems = checks.collect(recipe, training, model_args, known)
+    problems = checks.collect(recipe, training, model_args, known, training_output=for_training)
     if problems:
         raise ConfigError(problems)
     if model_args.use_peft and recipe.peft_learning_rate:
@@ -159,7 +160,7 @@ def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Pat
                     training.learning_rate)
         training.learning_rate = recipe.peft_learning_rate
     # Where training starts (checkpoint, run name to continue); applied by checkpoint.start right before training.
-    plan = checkpoint.plan_run(recipe, training)
+    plan = checkpoint.plan_run(recipe, training) if for_training else None
     name_run(recipe_name, recipe, training, model_args, stage)
     try:
         train, held_out = stage.load_data(recipe, training)
@@ -181,9 +182,8 @@ def build_trainer(run: Run):
     """The model (resolved once per machine), the stage's trainer and its callbacks."""
     model_path = prepare_model(run.model_args, run.training, run.recipe.model_cache_dir)
     trainer = run.stage.make_trainer(run, model_path)
-    # The Trackio group first: it must be set before anything logs (see tracking.TrackioGroup).
-    if run.recipe.trackio_group:
-        trainer.add_callback(tracking.TrackioGroup(run.recipe.trackio_group))
+    if tracking.enabled(run.training):  # before the stage's callbacks: the run starts before they log at train start
+        tracking.attach(trainer, run.recipe.trackio_group)
     for callback in run.stage.callbacks(trainer, run):
         trainer.add_callback(callback)
     return trainer

@@ -1,15 +1,17 @@
-"""Every use of Trackio beyond `report_to: trackio` (which transformers' TrackioCallback handles), in one module.
+"""Every use of Trackio beyond what transformers' TrackioCallback does on its own, in one module.
 
-Several of them lean on Trackio internals, which is why pyproject.toml pins trackio to the tested minor version:
+Several of them lean on Trackio internals, which is why pyproject.toml pins trackio to the tested minor version
+(0.43.x):
+- `TrackioRun`: transformers' TrackioCallback, with every row of the run at the training step it belongs to (the
+  run's `log` is wrapped: Run._next_step would number rows itself) and the run in its group (the run's `group` and
+  the config key `_Group`, what trackio.init(group=...) writes);
+- `use_dir`: the storage folder of an already imported Trackio (the constants trackio.utils.TRACKIO_DIR, MEDIA_DIR,
+  ARTIFACTS_DIR and the copies other trackio modules took of them);
 - `flush`: Run._flush_queues_inline under Run._client_lock (Trackio has no public flush), so a checkpoint is marked
   complete only once the metrics of every step up to it are on disk;
-- `TrackioGroup`: the run's `group` and the config key `_Group`, what trackio.init(group=...) writes;
 - `project_db`, `logged_steps`, `prune_metrics`: reads and deletes in Trackio's SQLite database (tables `metrics`,
   `alerts`), for the start-up check against interleaved curves and for an exact resume (docs/reliability.md).
 The public ones: `alert`, `active`, `finish`, `storage_mode`.
-
-Trackio is imported at first use, never when this module is imported: it fixes its storage folder from TRACKIO_DIR
-when it is first imported, and a recipe's `trackio_dir` is known only once its config is parsed (`use_dir`).
 """
 
 from __future__ import annotations
@@ -21,22 +23,16 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from transformers import TrainerCallback
-
-from .errors import ConfigError
+import trackio
+import trackio.sqlite_storage
+import trackio.utils
+from transformers.integrations import TrackioCallback
 
 logger = logging.getLogger("grpo_recipes")
 
 GROUP_KEY = "_Group"  # the config key Trackio's own init(group=...) writes
-
-
-def _trackio():
-    # Not at module level: importing trackio fixes its storage folder from TRACKIO_DIR (see the module docstring).
-    import trackio
-    import trackio.sqlite_storage
-    import trackio.utils
-
-    return trackio
+PROFILING_PREFIX = "profiling/"  # TRL's profiling_context rows: {"profiling/Time taken: <what>": seconds}
+_DIR_CONSTANTS = ("TRACKIO_DIR", "MEDIA_DIR", "ARTIFACTS_DIR")  # trackio.utils, fixed at its import
 
 
 def enabled(args) -> bool:
@@ -45,102 +41,98 @@ def enabled(args) -> bool:
 
 
 def use_dir(path: str | os.PathLike) -> None:
-    """Make `path` Trackio's storage folder. Call before anything imports trackio (see the module docstring)."""
+    """Make `path` Trackio's storage folder, for this process and the processes it starts.
+
+    Trackio 0.43 reads $TRACKIO_DIR once, when trackio.utils is first imported, into the constants TRACKIO_DIR,
+    MEDIA_DIR and ARTIFACTS_DIR, and its other modules copy them at import (`from trackio.utils import TRACKIO_DIR`
+    in sqlite_storage, bucket_storage, run, table, media, ...). A recipe's `trackio_dir` is known only once its
+    config is parsed, after this module (and trl) imported Trackio, so setting the variable alone would be silently
+    ignored: every loaded trackio module's copy is replaced here, and the variable is set for child processes and for
+    trackio modules imported later (they copy from trackio.utils, already switched). Private and version-pinned;
+    tests/test_checkpoint.py proves a run's database and media land in the new folder.
+    """
     path = Path(path).expanduser().resolve()
-    imported = sys.modules.get("trackio.utils")  # already imported: its folder is fixed, the variable would be ignored
-    if imported is not None and Path(imported.TRACKIO_DIR).resolve() != path:
-        raise ConfigError([f"trackio_dir: Trackio was imported before the config was read and writes to "
-                           f"{imported.TRACKIO_DIR}, not {path}; set TRACKIO_DIR={path} in the environment instead"])
+    if _current_run() is not None:
+        raise RuntimeError(f"trackio_dir: a Trackio run is open; switching to {path} would split it across folders")
+    old = {name: getattr(trackio.utils, name) for name in _DIR_CONSTANTS}
+    new = {"TRACKIO_DIR": path, "MEDIA_DIR": path / "media", "ARTIFACTS_DIR": path / "artifacts"}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "trackio" or name.startswith("trackio.")):
+            continue
+        for constant, value in new.items():
+            if getattr(module, constant, None) is old[constant]:
+                setattr(module, constant, value)
     os.environ["TRACKIO_DIR"] = str(path)
 
 
 def project_db(project: str) -> Path:
     """The SQLite file Trackio writes this project to."""
-    return _trackio().sqlite_storage.SQLiteStorage.get_project_db_path(project)
+    return trackio.sqlite_storage.SQLiteStorage.get_project_db_path(project)
 
 
 def storage_mode() -> str:
     """"sqlite", or Trackio's fallback on filesystems where SQLite locking is unsafe (JSONL fragments)."""
-    return _trackio().utils.get_storage_mode()
+    return trackio.utils.get_storage_mode()
 
 
 # ------------------------------------------------------------------------------------------ the SQLite history
+#
+# Trackio's `step` column of a run logged through TrackioRun is the training step of the row (see there), for
+# training records, completions tables, held-out evaluations and profiling rows alike, and alerts carry the step of
+# the last row logged before them. So the history of "steps up to N" is a plain `step <= N`.
 
 
-def _rows(db: Path, run_name: str) -> list[tuple[int, int, dict]]:
+def _rows(db: Path, run_name: str) -> list[tuple[int, dict]]:
+    """(step, metrics) of every row of the run, in log order."""
     if not db.is_file():
         return []
     with sqlite3.connect(db, timeout=30) as con:
         try:
-            raw = con.execute("SELECT id, step, metrics FROM metrics WHERE run_name = ? ORDER BY id",
+            raw = con.execute("SELECT step, metrics FROM metrics WHERE run_name = ? ORDER BY id",
                               (run_name,)).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise
     out = []
-    for row_id, step, metrics in raw:
+    for step, metrics in raw:
         try:
-            out.append((row_id, step, json.loads(metrics)))
+            out.append((step, json.loads(metrics)))
         except ValueError:
-            out.append((row_id, step, {}))
+            out.append((step, {}))
     return out
 
 
-def _row_step(trackio_step: int, metrics: dict) -> int | None:
-    """The training step a Trackio row belongs to, or None when it cannot be told."""
-    if "train/global_step" in metrics:  # transformers' TrackioCallback: every train/eval record
-        return int(metrics["train/global_step"])
-    table = metrics.get("completions")
-    if isinstance(table, dict) and table.get("_type") == "trackio.table":  # TRL's completions table
-        steps = [r.get("step") for r in table.get("_value") or [] if isinstance(r, dict)]
-        steps = [s for s in steps if isinstance(s, int)]
-        return max(steps) if steps else None
-    if metrics and all(k.startswith("profiling/") for k in metrics):
-        # TRL's profiling_context logs with step=trainer.state.global_step, i.e. before the step completes
-        return trackio_step + 1
-    return None
-
-
 def prune_metrics(db: Path, run_name: str, after_step: int) -> int:
-    """Delete this run's Trackio rows that belong to training steps after `after_step` (-1: all of them), and the
-    alerts raised after the last kept row; return how many metric rows went.
-
-    Rows that name no step are deleted when they were written after the last row of a kept step (they came from
-    the lost part of the run); the others stay.
-    """
-    rows = _rows(db, run_name)
-    if not rows:
+    """Delete this run's Trackio rows and alerts at training steps after `after_step` (-1: all of them); return how
+    many metric rows went."""
+    if not db.is_file():
         return 0
-    steps = {row_id: _row_step(step, m) for row_id, step, m in rows}
-    kept_ids = [row_id for row_id, s in steps.items() if s is not None and s <= after_step]
-    cut = max(kept_ids, default=0)
-    doomed = [row_id for row_id, s in steps.items()
-              if (s is not None and s > after_step) or (s is None and row_id > cut)]
-    # Alerts carry Trackio's own step counter, the `step` column of the metric rows: keep those up to the last kept row.
-    last_kept = max((trackio_step for row_id, trackio_step, _ in rows if row_id not in set(doomed)), default=-1)
     with sqlite3.connect(db, timeout=30) as con:
-        if doomed:
-            con.executemany("DELETE FROM metrics WHERE id = ?", [(i,) for i in doomed])
-        try:
-            con.execute("DELETE FROM alerts WHERE run_name = ? AND (step IS NULL OR step > ?)", (run_name, last_kept))
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
+        removed = 0
+        for table in ("metrics", "alerts"):
+            try:
+                cur = con.execute(f"DELETE FROM {table} WHERE run_name = ? AND (step IS NULL OR step > ?)",
+                                  (run_name, after_step))
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    continue
                 raise
-    return len(doomed)
+            if table == "metrics":
+                removed = cur.rowcount
+    return removed
 
 
 def logged_steps(db: Path, run_name: str) -> list[int]:
-    """Global steps that have a training record (train/loss) in this run, in log order, duplicates included."""
-    return [int(m["train/global_step"]) for _, _, m in _rows(db, run_name)
-            if "train/loss" in m and "train/global_step" in m]
+    """Training steps that have a training record (train/loss) in this run, in log order, duplicates included."""
+    return [step for step, m in _rows(db, run_name) if "train/loss" in m]
 
 
 # --------------------------------------------------------------------------------------------- the open run
 
 
 def _current_run():
-    return _trackio().context_vars.current_run.get()
+    return trackio.context_vars.current_run.get()
 
 
 def active() -> bool:
@@ -160,35 +152,84 @@ def flush(args) -> None:
     flush_inline, lock = getattr(run, "_flush_queues_inline", None), getattr(run, "_client_lock", None)
     if flush_inline is None or lock is None:
         logger.warning("trackio %s has no _flush_queues_inline: a kill within 0.5 s of a checkpoint may leave the "
-                       "last step's metrics out of Trackio", _trackio().__version__)
+                       "last step's metrics out of Trackio", trackio.__version__)
         return
     with lock:
         flush_inline()
 
 
 def alert(title: str, text: str, level: str) -> None:
-    """A Trackio alert on the open run (`level`: a trackio.AlertLevel value)."""
-    trackio = _trackio()
+    """A Trackio alert on the open run (`level`: a trackio.AlertLevel value), at the step of the last row logged."""
     trackio.alert(title=title, text=text, level=trackio.AlertLevel(level))
 
 
 def finish() -> None:
-    _trackio().finish()
+    trackio.finish()
 
 
-class TrackioGroup(TrainerCallback):
-    """Puts the run in a Trackio group. transformers' TrackioCallback calls trackio.init without one; Trackio keeps
-    the group in the run's config, which it sends with the run's first log, so this must run after that callback's
-    on_train_begin (which creates the run) and before anything logs (the held-out evaluation at train start)."""
+class TrackioRun(TrackioCallback):
+    """transformers' TrackioCallback, with every row of the run at its training step, and the run in `group`.
 
-    def __init__(self, group: str):
+    Without a step, Trackio numbers a row itself (Run._next_step: one past the highest step so far). TrackioCallback
+    logs every record that way, TRL's GRPOTrainer.log logs the completions table right after the training record
+    (a second number), and the held-out evaluation goes through the trainer's log (a third), so training step 5
+    would sit near dashboard step 10. TRL's profiling rows name a step, `trainer.state.global_step` when the timed
+    block starts, which is the last completed step while they time the one in progress.
+
+    Once the run is started (`setup`, at train start or at the first log after train end), its `log` is wrapped so
+    that a row without a step, and a profiling row, lands at the step it belongs to: the step in progress
+    (global_step + 1) between on_step_begin and on_step_end, where TRL times generation, rewards and the loss; else
+    `state.global_step`, where the training record, the completions table, the held-out evaluation and alerts come.
+    The trainer's end-of-training summary (train_runtime, ...) is not a step and is not logged; TrackioCallback
+    keeps only its epoch anyway.
+    """
+
+    def __init__(self, group: str | None = None):
+        super().__init__()
         self.group = group
+        self._state = None  # the trainer's TrainerState: read at each log, as training moves it on
+        self._in_step = False
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def setup(self, args, state, model, **kwargs):
+        super().setup(args, state, model, **kwargs)
+        self._state = state
         if not state.is_world_process_zero:
             return
         run = _current_run()
-        if run is None:
-            raise RuntimeError("trackio_group: no Trackio run was started; is trackio in report_to?")
-        run.group = self.group
-        run.config[GROUP_KEY] = self.group
+        if run is None:  # TrackioCallback.setup started none: no Trackio run to place rows in
+            raise RuntimeError("TrackioRun: transformers' TrackioCallback did not start a Trackio run")
+        if self.group:  # sent with the run's config at its first log, so before anything logs
+            run.group = self.group
+            run.config[GROUP_KEY] = self.group
+        log = run.log
+        run.log = lambda metrics, step=None: log(metrics, step=self.step_of(metrics, step))
+
+    def step_of(self, metrics: dict, step: int | None) -> int:
+        """The step a row is logged at: see the class docstring."""
+        now = self._state.global_step + (1 if self._in_step else 0)
+        if step is None or all(k.startswith(PROFILING_PREFIX) for k in metrics):
+            return now
+        return step
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._in_step = False
+        super().on_train_begin(args, state, control, model=model, **kwargs)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._state, self._in_step = state, True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._state, self._in_step = state, False
+
+    def on_log(self, args, state, control, model=None, logs=None, **kwargs):
+        if logs and "train_runtime" in logs:  # Trainer.train's closing summary, at the last step: no training step
+            return
+        super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+
+
+def attach(trainer, group: str | None = None) -> None:
+    """Put TrackioRun in place of the TrackioCallback that `report_to: trackio` gave `trainer`."""
+    if not any(isinstance(cb, TrackioCallback) for cb in trainer.callback_handler.callbacks):
+        raise RuntimeError("tracking.attach: the trainer has no TrackioCallback; is trackio in report_to?")
+    trainer.remove_callback(TrackioCallback)
+    trainer.add_callback(TrackioRun(group))

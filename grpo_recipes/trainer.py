@@ -10,6 +10,8 @@ How the numbers are captured, without an extra forward pass:
 
 A generation batch can serve several optimiser steps (steps_per_generation, num_iterations): its diagnostics are
 recorded once, when it is generated, exactly like TRL's reward metrics, and appear in the next log.
+
+`log` logs TRL's completions table once per step: not again with the end-of-training summary.
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ class RecipeTrainer(GRPOTrainer):
             self._metrics[mode][name].append(value)
         return output
 
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # TRL logs the completions table (and prints it) at every log call. Trainer.train's closing summary
+        # (train_runtime, ...) is one more call at the last step, which would log that step's table a second time.
+        if "train_runtime" not in logs:
+            return super().log(logs, start_time)
+        keep, self.log_completions = self.log_completions, False
+        try:
+            super().log(logs, start_time)
+        finally:
+            self.log_completions = keep
+
     def log_now(self, logs: dict[str, float]) -> None:
         """Log `logs` at the current step through the callbacks (Trackio...), leaving TRL's pending metrics alone.
 
@@ -69,6 +82,6 @@ def diagnostics_spec(recipe, grpo, funcs) -> DiagnosticsSpec | None:
         reward_names=names,
         correctness_index=correctness_index(names, recipe.correctness_reward),
         threshold=recipe.correctness_threshold,
-        k=recipe.eval_k,
+        k=recipe.eval_k or grpo.num_generations,
         normalised=grpo.scale_rewards != "none",
     )

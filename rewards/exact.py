@@ -16,9 +16,10 @@ import json
 import math
 import re
 from fractions import Fraction
+from typing import Annotated
 
 from grpo_recipes import answers
-from grpo_recipes.registry import reward
+from grpo_recipes.registry import Range, reward
 
 _PREFIX = re.compile(r"^(?:\*\*)?(?:final answer|answer|the (?:final )?answer is)\s*[:=]?\s*(?:\*\*)?", re.I)
 
@@ -77,7 +78,12 @@ def exact_match(completions: list[str], answer: list[str], log_metric) -> list[f
 
 @reward("numeric_match")
 def numeric_match(
-    completions: list[str], answer: list[str], log_metric, *, rel_tol: float = 0.0, abs_tol: float = 0.0
+    completions: list[str],
+    answer: list[str],
+    log_metric,
+    *,
+    rel_tol: Annotated[float, Range(ge=0)] = 0.0,
+    abs_tol: Annotated[float, Range(ge=0)] = 0.0,
 ) -> list[float | None]:
     """1.0 when the extracted answer is one number equal to the gold's (exactly by default; rel_tol/abs_tol loosen it); None when the gold is not a number."""
     scores: list[float | None] = []

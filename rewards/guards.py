@@ -7,8 +7,9 @@ Without `completion_ids` (a reward called outside the trainer) they return None 
 from __future__ import annotations
 
 import functools
+from typing import Annotated
 
-from grpo_recipes.registry import reward
+from grpo_recipes.registry import Range, reward
 
 
 @functools.lru_cache(maxsize=16)
@@ -36,8 +37,8 @@ def overlong_penalty(
     completion_ids,
     log_metric,
     *,
-    max_completion_len: int = 256,
-    soft_punish_cache: int = 64,
+    max_completion_len: Annotated[int, Range(ge=0)] = 256,
+    soft_punish_cache: Annotated[int, Range(ge=0)] = 64,
 ) -> list[float | None]:
     """DAPO soft overlong penalty: 0 up to max_completion_len - soft_punish_cache tokens, then linear down to -1 at the limit."""
     if completion_ids is None:
@@ -54,8 +55,8 @@ def repetition_penalty(
     completion_ids,
     log_metric,
     *,
-    ngram_size: int = 3,
-    max_penalty: float = -1.0,
+    ngram_size: Annotated[int, Range(ge=1)] = 3,
+    max_penalty: Annotated[float, Range(le=0)] = -1.0,
 ) -> list[float | None]:
     """Penalty proportional to the share of repeated token n-grams, from 0 (none repeated) down to max_penalty."""
     if completion_ids is None:
@@ -69,7 +70,7 @@ def length_reward(
     completion_ids,
     log_metric,
     *,
-    target_len: int = 256,
+    target_len: Annotated[int, Range(gt=0)] = 256,
 ) -> list[float | None]:
     """1.0 at exactly target_len tokens, falling linearly to 0.0 at 0 and at 2 x target_len tokens (and beyond)."""
     if completion_ids is None:

@@ -19,11 +19,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Annotated, Literal, get_args
 
 from grpo_recipes import answers
-from grpo_recipes.registry import reward
+from grpo_recipes.registry import Range, reward
 
-ANSWER_FORMS = ("literal", "expression")
+AnswerForm = Literal["literal", "expression"]  # the annotation is the start-up check (registry)
+ANSWER_FORMS = get_args(AnswerForm)
 _WORKER = Path(__file__).with_name("_math_worker.py")
 _STARTUP_S = 120.0  # importing sympy on a loaded machine; a worker that is not ready by then is broken
 _GRACE_S = 1.0  # past timeout_s, so that math-verify's own timeout can answer before the process is killed
@@ -241,9 +243,9 @@ def math_correctness(
     answer: list[str],
     log_metric,
     *,
-    answer_form: str = "literal",
+    answer_form: AnswerForm = "literal",
     require_boxed: bool = True,
-    timeout_s: float = 3,
+    timeout_s: Annotated[float, Range(gt=0)] = 3,
 ) -> list[float | None]:
     """1.0 when the final answer (last box after </think>, else after "answer is") equals the gold, else 0.0; None when the gold cannot be read.
 
@@ -326,9 +328,9 @@ def think_format_if_correct(
     *,
     strict: bool = False,
     template_opens_think: bool = False,
-    answer_form: str = "literal",
+    answer_form: AnswerForm = "literal",
     require_boxed: bool = True,
-    timeout_s: float = 3,
+    timeout_s: Annotated[float, Range(gt=0)] = 3,
 ) -> list[float | None]:
     """1.0 when the think format holds and the answer after </think> is correct (as math_correctness judges it); None when the gold cannot be read."""
     unformatted = [not _think_ok(text, strict, template_opens_think) for text in completions]

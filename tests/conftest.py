@@ -1,9 +1,16 @@
 """Shared fixtures. Tests run offline: HF_HUB_OFFLINE is forced here, before anything imports huggingface_hub."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Trackio reads TRACKIO_DIR once, when first imported (collecting the tests imports it): code run in-process, and
+# runs that do not set their own folder, must never read or write the user's Trackio folder.
+os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="grpo-recipes-tests-trackio-")
+atexit.register(shutil.rmtree, os.environ["TRACKIO_DIR"], True)
 
 from pathlib import Path  # noqa: E402
 

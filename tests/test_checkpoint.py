@@ -163,46 +163,46 @@ def _trackio_db(path: Path, rows: list[tuple[str, int, dict]]) -> Path:
     return path
 
 
-def _logged_run(run: str, last: int, first_trackio_step: int = 0) -> list[tuple[str, int, dict]]:
-    """What one run logs per step s: profiling rows (step s-1), the train record, the completions table."""
-    rows, t = [], first_trackio_step
+def _logged_run(run: str, last: int) -> list[tuple[str, int, dict]]:
+    """What one run logs per step s, each row at s (tracking.TrackioRun): profiling rows, the train record, the
+    completions table."""
+    rows = []
     for s in range(1, last + 1):
-        rows.append((run, s - 1, {"profiling/Time taken: generate": 0.1}))
-        rows.append((run, t, {"train/loss": 0.0, "train/global_step": s}))
-        rows.append((run, t + 1, {"completions": {"_type": "trackio.table", "_value": [{"step": s, "prompt": "q"}]}}))
-        t += 2
+        rows.append((run, s, {"profiling/Time taken: generate": 0.1}))
+        rows.append((run, s, {"train/loss": 0.0, "train/global_step": s}))
+        rows.append((run, s, {"completions": {"_type": "trackio.table", "_value": [{"step": s, "prompt": "q"}]}}))
     return rows
 
 
 def test_prune_removes_exactly_the_steps_after_the_checkpoint(tmp_path):
-    rows = _logged_run("r", 5) + [("r", 99, {"custom": 1})] + _logged_run("other", 5)
+    rows = _logged_run("r", 5) + [("r", 2, {"custom": 1}), ("r", 99, {"custom": 1})] + _logged_run("other", 5)
     db = _trackio_db(tmp_path / "p.db", rows)
     removed = prune_metrics(db, "r", after_step=3)
-    assert removed == 2 * 3 + 1  # steps 4 and 5 (profiling, train, table each) + the unattributed late row
+    assert removed == 2 * 3 + 1  # steps 4 and 5 (profiling, train, table each) and the row at step 99
     assert tracking.logged_steps(db, "r") == [1, 2, 3]
     assert tracking.logged_steps(db, "other") == [1, 2, 3, 4, 5]  # another run is untouched
+    assert sorted(step for step, _ in tracking._rows(db, "r")) == [1, 1, 1, 2, 2, 2, 2, 3, 3, 3]
     with sqlite3.connect(db) as con:
         tables = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics WHERE run_name='r'")]
     assert sorted(t["completions"]["_value"][0]["step"] for t in tables if "completions" in t) == [1, 2, 3]
     assert prune_metrics(db, "r", after_step=3) == 0
-    assert prune_metrics(db, "r", after_step=0) == 9 and tracking.logged_steps(db, "r") == []
+    assert prune_metrics(db, "r", after_step=0) == 10 and tracking.logged_steps(db, "r") == []
 
 
 def test_prune_drops_later_alerts_and_a_fresh_start_drops_step_zero(tmp_path):
-    # Trackio steps: the step-0 evaluation at 0, then steps 1..4 at 1..8 (train record, table).
-    rows = [("r", 0, {"eval/pass@1": 0.3, "train/global_step": 0})] + _logged_run("r", 4, first_trackio_step=1)
+    rows = [("r", 0, {"eval/pass@1": 0.3, "train/global_step": 0})] + _logged_run("r", 4)
     db = _trackio_db(tmp_path / "p.db", rows + _logged_run("other", 2))
     with sqlite3.connect(db) as con:
         con.execute("CREATE TABLE alerts (id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, timestamp TEXT, "
                     "run_name TEXT, title TEXT, text TEXT, level TEXT, step INTEGER, alert_id TEXT)")
         con.executemany("INSERT INTO alerts (run_id, timestamp, run_name, title, level, step) "
-                        "VALUES ('id', '', ?, ?, 'warn', ?)", [("r", "early", 2), ("r", "late", 7), ("other", "x", 7)])
+                        "VALUES ('id', '', ?, ?, 'warn', ?)", [("r", "early", 2), ("r", "late", 3), ("other", "x", 3)])
 
     def alerts():
         with sqlite3.connect(db) as con:
             return sorted(con.execute("SELECT run_name, title FROM alerts").fetchall())
 
-    prune_metrics(db, "r", after_step=2)  # resume from checkpoint-2: its last kept row is at Trackio step 4
+    prune_metrics(db, "r", after_step=2)  # resume from checkpoint-2
     assert tracking.logged_steps(db, "r") == [1, 2]
     assert alerts() == [("other", "x"), ("r", "early")]
     prune_metrics(db, "r", after_step=-1)  # a fresh start: the step-0 evaluation and every alert of the run go too
@@ -389,15 +389,46 @@ def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_en
     assert signal.getsignal(signal.SIGTERM) == before  # handlers restored
 
 
-def test_trackio_dir_refuses_a_folder_trackio_no_longer_reads(tmp_path, monkeypatch):
-    """Trackio fixes its folder when first imported; setting another one after that would be silently ignored."""
-    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "first"))  # in case this is the first import in the session
-    import trackio.utils
+def test_trackio_dir_switches_an_already_imported_trackio(tmp_path):
+    """Trackio fixes its folder when first imported (trl imports it long before a recipe's config is read);
+    tracking.use_dir points it at another folder afterwards: the run's database and media land there, nothing in
+    the folder it was imported with, and child processes inherit the new folder. In a fresh interpreter, so that
+    this session's Trackio is left alone."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    code = f"""
+import os, subprocess, sys
+from pathlib import Path
+import numpy as np
+import trackio
+from grpo_recipes import tracking  # imports trackio at its top, like trl does
 
-    from grpo_recipes.errors import ConfigError
+assert trackio.utils.TRACKIO_DIR.resolve() == Path({str(first)!r}).resolve()
+tracking.use_dir({str(second)!r})
+trackio.init(project="switch", name="r")
+image, other = (trackio.Image(np.full((4, 4, 3), v, dtype=np.uint8)) for v in (0, 255))
+trackio.log({{"x": 1.0, "picture": image, "table": trackio.Table(data=[[other]], columns=["picture"])}})
+trackio.finish()
+print(tracking.project_db("switch"))
+print(subprocess.run([sys.executable, "-c", "import os; print(os.environ['TRACKIO_DIR'])"], capture_output=True,
+                     text=True, check=True).stdout.strip())
+"""
+    import subprocess
+    import sys
 
-    with pytest.raises(ConfigError, match="trackio_dir: Trackio was imported before the config was read"):
-        tracking.use_dir(tmp_path / "elsewhere")
-    monkeypatch.setenv("TRACKIO_DIR", "unchanged")
-    tracking.use_dir(trackio.utils.TRACKIO_DIR)  # the folder it already uses: fine
-    assert os.environ["TRACKIO_DIR"] == str(Path(trackio.utils.TRACKIO_DIR).resolve())
+    env = {**os.environ, "TRACKIO_DIR": str(first)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    db, child_dir = proc.stdout.strip().splitlines()[-2:]
+    assert Path(db) == second.resolve() / "switch.db" and Path(db).is_file() and child_dir == str(second.resolve())
+    with sqlite3.connect(db) as con:
+        [(metrics,)] = con.execute("SELECT metrics FROM metrics WHERE run_name = 'r'").fetchall()
+    assert json.loads(metrics)["x"] == 1.0
+    media = [p for p in (second / "media").rglob("*") if p.is_file()]
+    assert len(media) >= 2  # the image, and the one in the table
+    assert not first.exists() or [p for p in first.rglob("*") if p.is_file()] == []
+
+
+def test_trackio_dir_cannot_move_an_open_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracking, "_current_run", lambda: object())
+    with pytest.raises(RuntimeError, match="a Trackio run is open"):
+        tracking.use_dir(tmp_path)

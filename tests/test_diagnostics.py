@@ -139,7 +139,7 @@ def test_batch_diagnostics_of_a_trl_batch():
 def test_config_problems_name_the_field():
     ok = RecipeArguments(rewards=[{"name": "math_correctness"}, {"name": "boxed_format"}], format_reward="boxed_format")
     assert reward_setting_problems(ok) == []
-    bad = RecipeArguments(rewards=[{"name": "math_correctness"}], correctness_reward="nope", eval_k=0,
+    bad = RecipeArguments(rewards=[{"name": "math_correctness"}], correctness_reward="nope", eval_k=-1,
                           eval_every_steps=-1)
     text = "\n".join(reward_setting_problems(bad))
     for field in ("correctness_reward: 'nope' is not one of the configured rewards (math_correctness)", "eval_k",

@@ -166,11 +166,39 @@ def test_eval_cli_on_a_checkpoint(tiny_model_dir, run_env):
     assert main(["eval", "--recipe", "nosuchrecipe", "--model", str(tiny_model_dir)]) == 2
 
 
+def test_eval_cli_reads_a_training_output_dir_that_holds_checkpoints(tiny_model_dir, run_env, monkeypatch, capsys):
+    """README: `grpo-recipes eval --recipe math --model outputs/math_grpo`, run where a default training run wrote
+    its model and checkpoints (the config's output_dir). Evaluation writes no checkpoints, so the training-output
+    check does not apply; training into that folder is still refused."""
+    import shutil
+
+    from grpo_recipes.checkpoint import mark_complete
+    from grpo_recipes.cli import main
+    from grpo_recipes.errors import ConfigError
+    from grpo_recipes.runner import prepare
+
+    monkeypatch.chdir(run_env)
+    out = run_env / "outputs" / "math_grpo"  # math_cpu.yaml's output_dir
+    shutil.copytree(tiny_model_dir, out)
+    checkpoint = out / "checkpoint-5"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5}))
+    mark_complete(checkpoint, 5)
+    with pytest.raises(ConfigError, match="outputs/math_grpo already holds checkpoints of an earlier run"):
+        prepare("math", ["--config", str(MATH_CONFIG)])
+    capsys.readouterr()
+    assert main(["eval", "--recipe", "math", "--model", "outputs/math_grpo", "--limit", "2", "--k", "1", "--",
+                 "--max_completion_length", "4"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"] == 2 and report["model"] == "outputs/math_grpo"
+
+
 def trackio_rows(trackio_dir, project):
+    """(metrics of every row, alerts, (Trackio step, metrics) of every row), in log order."""
     with sqlite3.connect(trackio_dir / f"{project}.db") as con:
-        metrics = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics")]
+        stepped = [(step, json.loads(m)) for step, m in con.execute("SELECT step, metrics FROM metrics ORDER BY id")]
         alerts = con.execute("SELECT title, text FROM alerts").fetchall()
-    return metrics, alerts
+    return [m for _, m in stepped], alerts, stepped
 
 
 def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_env):
@@ -178,7 +206,16 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    metrics, alerts = trackio_rows(run_env / "trackio", "grpo-recipes-math")
+    metrics, alerts, stepped = trackio_rows(run_env / "trackio", "grpo-recipes-math")
+    # Trackio's step is the training step (tracking.TrackioRun): the evaluations before the first step and after the
+    # last, one training record, one completions table (TRL's, whose rows name their step) and the reward timings of
+    # each step. test_resume.py checks the same against the runs' own records, across kills and resumes.
+    assert [s for s, m in stepped if "eval/pass@1" in m] == [0, 2]
+    assert [s for s, m in stepped if "train/loss" in m] == [1, 2]
+    assert all(s == m["train/global_step"] for s, m in stepped if "train/global_step" in m)
+    tables = [(s, {r["step"] for r in m["completions"]["_value"]}) for s, m in stepped if "completions" in m]
+    assert tables == [(1, {1}), (2, {2})]
+    assert [s for s, m in stepped if "profiling/Time taken: RecipeTrainer.math_correctness" in m] == [1, 2]
     train = [m for m in metrics if "train/diag/adv_mean" in m]
     assert {m["train/global_step"] for m in train} == {1, 2}
     for m in train:
@@ -198,6 +235,11 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     summary = json.loads((out / "eval_summary.json").read_text())
     assert summary["start"]["step"] == 0 and summary["end"]["step"] == 2 and summary["rows"] == 8
     assert summary["end"]["pass_at_1"] == evals[2]["eval/pass@1"]
+    gain = summary["greedy_gain"]
+    assert gain["rows"] == 8 and gain["gain"] == pytest.approx(summary["end"]["pass_at_1"] - summary["start"]["pass_at_1"])
+    lines = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 and all(r["question"] and r["start"]["step"] == 0 and r["end"]["step"] == 2 for r in lines)
+    assert sum(bool(r["end"]["correct"]) for r in lines) / 8 == summary["end"]["pass_at_1"]
     assert "held-out evaluation, 8 rows (step 0 -> step 2)" in proc.stdout
     # What can honestly be asserted of a random tiny model: 2 steps raise none of the training alerts, as patience (5)
     # is not reached (its completions all hit the length limit); that healthy training stays silent is shown on
@@ -205,3 +247,16 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     ours = {d.title for d in default_detectors(AlertConfig(), ["math_correctness", "boxed_format"], "math_correctness",
                                                None)}
     assert [a for a in alerts if a[0] in ours] == []
+
+
+def test_paired_gain_uses_the_spread_of_per_question_differences():
+    from grpo_recipes.evaluate import paired_gain
+
+    rec = lambda *vals: [{"greedy": v} for v in vals]  # noqa: E731
+    # 4 questions: one newly right, one newly wrong, two unchanged; one unscored row is left out of the pairs.
+    g = paired_gain(rec(0.0, 1.0, 1.0, 0.0, None), rec(1.0, 0.0, 1.0, 0.0, 1.0), threshold=1.0)
+    assert g["rows"] == 4 and g["gain"] == 0.0
+    assert g["se"] == pytest.approx((2 / 3 / 4) ** 0.5)  # sample variance of (+1, -1, 0, 0) is 2/3
+    same = paired_gain(rec(1.0, 0.0), rec(1.0, 0.0), threshold=1.0)
+    assert same == {"gain": 0.0, "se": 0.0, "rows": 2}  # nothing changed: no noise to report
+    assert paired_gain(rec(None), rec(1.0), threshold=1.0) is None

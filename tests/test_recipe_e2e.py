@@ -19,8 +19,8 @@ def trackio_metrics(trackio_dir, project):
 
 def test_math_recipe_trains_logs_and_saves(tiny_model_dir, run_env):
     out = run_env / "out"
-    # TRACKIO_DIR (run_env) says run_env/trackio; the recipe's trackio_dir must win, though trl's GRPOTrainer
-    # imports Trackio, which reads its folder once, at import (runner.Stage.make_trainer).
+    # TRACKIO_DIR (run_env) says run_env/trackio; the recipe's trackio_dir must win, though Trackio reads its folder
+    # once, when first imported, before the config is parsed (tracking.use_dir switches it).
     tracks = run_env / "from_config"
     cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, out),
            "--trackio_group", "smoke-runs", "--trackio_dir", str(tracks)]

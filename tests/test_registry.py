@@ -1,5 +1,6 @@
 """The reward registry: discovery of drop-in files, start-up checks, and the TRL-facing wrapper."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -179,3 +180,116 @@ def test_default_recipes_resolve_their_format_and_correctness_rewards(run_env, m
     recipe = prepare("math", ["--config", str(REPO / "recipes/configs/math_cpu.yaml"), "--report_to", "none",
                               "--rewards", '[{"name": "math_correctness"}]', "--train_size", "20", "--eval_size", "4"]).recipe
     assert recipe.format_reward is None
+
+
+# ------------------------------------------------------------------------------------- parameter values
+
+
+def _problems(name: str, params: dict) -> list[str]:
+    spec = RewardSpec.parse({"name": name, "params": params}, 0)
+    return registry.check_specs([spec], registry.available(), columns=None)
+
+
+def test_param_values_must_fit_the_annotations_of_the_signature():
+    assert _problems("math_correctness", {"answer_form": "expression", "timeout_s": 5, "require_boxed": False}) == []
+    assert _problems("math_correctness", {"answer_form": "literall", "timeout_s": -1, "require_boxed": "yes"}) == [
+        "rewards[0] (math_correctness).params.answer_form: 'literall' is not one of 'literal', 'expression'; "
+        "did you mean 'literal'?",
+        "rewards[0] (math_correctness).params.timeout_s: -1 is not a number > 0",
+        "rewards[0] (math_correctness).params.require_boxed: 'yes' is not true or false",
+    ]
+    [problem] = _problems("think_format_if_correct", {"timeout_s": "1e-3"})
+    assert problem.startswith("rewards[0] (think_format_if_correct).params.timeout_s: '1e-3' is not a number > 0; "
+                              "it is text: write the number unquoted")
+    assert _problems("numeric_match", {"rel_tol": -0.1}) == [
+        "rewards[0] (numeric_match).params.rel_tol: -0.1 is not a number >= 0"]
+    assert _problems("length_reward", {"target_len": 2.5}) == [
+        "rewards[0] (length_reward).params.target_len: 2.5 is not an integer > 0"]
+    assert _problems("repetition_penalty", {"max_penalty": 0.5, "ngram_size": True}) == [
+        "rewards[0] (repetition_penalty).params.max_penalty: 0.5 is not a number <= 0",
+        "rewards[0] (repetition_penalty).params.ngram_size: True is not an integer >= 1",
+    ]
+
+
+def test_the_shipped_answer_forms_are_the_annotation():
+    import typing
+
+    known = registry.available()
+    module = sys.modules[known["math_correctness"].func.__module__]
+    for name in ("math_correctness", "think_format_if_correct"):
+        assert typing.get_args(known[name].param_types["answer_form"]) == module.ANSWER_FORMS == (
+            "literal", "expression")
+
+
+def test_a_drop_in_rewards_annotations_are_its_contract(tmp_path):
+    write_reward(tmp_path / "typed", "typed", '''
+        from __future__ import annotations
+
+        from typing import Annotated, Literal
+
+        from grpo_recipes.registry import Range, reward
+
+        @reward("typed_reward")
+        def typed_reward(completions, *, mode: Literal["a", "b"] | None = None,
+                         share: Annotated[float, Range(ge=0, le=1)] = 0.5, tag: str = "x", anything=None):
+            return [0.0 for _ in completions]
+    ''')
+    known = registry.available([tmp_path / "typed"])
+    rdef = known["typed_reward"]
+    assert rdef.describe_params() == ["mode=None  (one of 'a', 'b' or null)", "share=0.5  (a number >= 0 and <= 1)",
+                                      "tag='x'  (a string)", "anything=None  (any value)"]
+    ok = {"mode": "b", "share": 1, "tag": "y", "anything": [1, {"x": 2}]}
+    assert registry.check_specs([RewardSpec("typed_reward", params=ok)], known) == []
+    assert registry.check_specs([RewardSpec("typed_reward", params={"mode": "c", "share": 1.5, "tag": 3})], known) == [
+        "rewards[0] (typed_reward).params.mode: 'c' is not one of 'a', 'b' or null",
+        "rewards[0] (typed_reward).params.share: 1.5 is not a number >= 0 and <= 1",
+        "rewards[0] (typed_reward).params.tag: 3 is not a string",
+    ]
+
+
+def test_an_annotation_the_registry_cannot_check_is_refused_at_registration():
+    from typing import Annotated, TypeVar
+
+    T = TypeVar("T")
+
+    def unresolved(completions, *, x: "NoSuchType" = 1):  # noqa: F821
+        return [0.0]
+
+    def unchecked(completions, *, x: T = 1):
+        return [0.0]
+
+    with pytest.raises(TypeError, match="annotation of parameter 'x' .* cannot be resolved"):
+        registry._describe(unresolved, "bad", "here")
+    def bounded_text(completions, *, x: Annotated[str, registry.Range(gt=0)] = "a"):
+        return [0.0]
+
+    with pytest.raises(TypeError, match="parameter 'x' is annotated ~T, which the registry cannot check"):
+        registry._describe(unchecked, "bad", "here")
+    with pytest.raises(TypeError, match="parameter 'x' is annotated .*str.*, which the registry cannot check"):
+        registry._describe(bounded_text, "bad", "here")
+
+
+@pytest.mark.parametrize("where", ["yaml", "cli"])
+def test_bad_param_values_stop_the_run_before_the_model_loads(where, run_env, monkeypatch, capsys):
+    from grpo_recipes import runner
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(runner, "prepare_model", no_model)
+    monkeypatch.setattr(runner, "load_splits", no_model)  # nor the data: the config alone shows the problem
+    rewards = [{"name": "math_correctness", "params": {"answer_form": "expresion", "timeout_s": 0}},
+               {"name": "boxed_format", "weight": 0.1}]
+    base = (REPO / "recipes/configs/math_cpu.yaml").read_text().split("rewards:")[0]
+    if where == "yaml":
+        config = run_env / "bad.yaml"
+        config.write_text(base + "rewards:\n" + "".join(f"  - {json.dumps(r)}\n" for r in rewards))
+        argv = ["--config", str(config)]
+    else:
+        argv = ["--config", str(REPO / "recipes/configs/math_cpu.yaml"), "--rewards", json.dumps(rewards)]
+    rc = runner.main("math", None, argv + ["--output_dir", str(run_env / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert ("rewards[0] (math_correctness).params.answer_form: 'expresion' is not one of 'literal', 'expression'; "
+            "did you mean 'expression'?") in err
+    assert "rewards[0] (math_correctness).params.timeout_s: 0 is not a number > 0" in err

@@ -1,10 +1,11 @@
 """Kill and resume, end to end: the recipe as a subprocess with the tiny model, stopped by SIGTERM or SIGKILL,
-then resumed. The resumed run must reach the same final step, with a gap-free, duplicate-free Trackio history, and
-train on the same data with the same sampled completions as an uninterrupted run.
+then resumed. The resumed run must reach the same final step, with a gap-free, duplicate-free Trackio history in
+which every row sits at its training step, and train on the same data with the same sampled completions as an
+uninterrupted run.
 
 Runs: 8 training rows, 2 prompts × 4 completions per step, so one epoch is 4 steps and 7 steps cross into a second
 epoch. A probe reward (weight 0) records, for every generation batch, the step, its questions and its completions.
-Held-out evaluation and alerts are off: they are other features, and each adds generation time.
+The held-out evaluation runs at steps 0, 2, 4, 6 and 7 (8 rows, 2 samples each); alerts are off (another feature).
 
 No separate uninterrupted run is paid for: the part of each run before its kill *is* uninterrupted, and the two runs
 are interrupted at different places (SIGTERM after step 5, in the second epoch; SIGKILL with the resume from step 2 or
@@ -25,10 +26,14 @@ import pytest
 
 from conftest import REPO, tiny_run_args
 from grpo_recipes.checkpoint import SENTINEL, checkpoint_dirs, verify
+from grpo_recipes.registry import completion_text
 
 RECIPE = REPO / "recipes/math_grpo.py"
 PROJECT = "grpo-recipes-math"
 STEPS = 7
+EVAL_STEPS = [0, 2, 4, 6, 7]  # train start, every 2 steps, the end
+PROBE_TIMING = "profiling/Time taken: RecipeTrainer.order_probe"  # TRL's profiling row for the probe reward's call
+HUNG = 1200  # seconds after which a run counts as hung; a run takes minutes on a loaded 2-core machine
 
 PROBE = '''
 import json
@@ -53,7 +58,8 @@ def run_argv(model_dir: Path, root: Path) -> list[str]:
                                            "params": {"path": str(root / "probe.jsonl")}}]
     return tiny_run_args(model_dir, root / "out", STEPS) + [
         "--train_size", "8", "--save_strategy", "steps", "--save_steps", "2", "--save_total_limit", "2",
-        "--reward_dirs", str(rewards), "--rewards", json.dumps(spec), "--eval_heldout", "false", "--alerts", "false",
+        "--reward_dirs", str(rewards), "--rewards", json.dumps(spec), "--eval_every_steps", "2", "--eval_k", "2",
+        "--alerts", "false",
     ]
 
 
@@ -67,7 +73,7 @@ def launch(argv: list[str], root: Path, log: str) -> subprocess.Popen:
                             stdout=open(root / log, "w"), stderr=subprocess.STDOUT)
 
 
-def finish(proc: subprocess.Popen, root: Path, log: str, timeout: float = 300) -> tuple[int, str]:
+def finish(proc: subprocess.Popen, root: Path, log: str, timeout: float = HUNG) -> tuple[int, str]:
     rc = proc.wait(timeout=timeout)
     return rc, (root / log).read_text()
 
@@ -86,7 +92,37 @@ def train_rows(root: Path) -> list[int]:
     return [int(r["train/global_step"]) for r in records if "train/loss" in r]
 
 
-def wait_for_step(proc: subprocess.Popen, root: Path, step: int, timeout: float = 300) -> None:
+def history(root: Path) -> list[tuple[int, dict]]:
+    """(Trackio step, metrics) of every row of the run, in log order."""
+    with sqlite3.connect(root / "trackio" / f"{PROJECT}.db") as con:
+        return [(step, json.loads(m)) for step, m in con.execute("SELECT step, metrics FROM metrics ORDER BY id")]
+
+
+def assert_rows_at_training_steps(root: Path) -> None:
+    """Every row of the run at the training step it belongs to, each step's records exactly once: checked against
+    what the probe reward and the held-out evaluation recorded themselves, not against Trackio's own numbers."""
+    rows, steps, probe = history(root), list(range(1, STEPS + 1)), probe_records(root)
+    assert sorted(s for s, m in rows if "train/loss" in m) == steps  # one training record per step
+    assert [(s, m["train/global_step"]) for s, m in rows if "train/global_step" in m and s != m["train/global_step"]
+            ] == []
+    tables = {}  # step -> completions of its table
+    for step, m in rows:
+        if "completions" in m:
+            assert step not in tables, f"two completions tables at step {step}"
+            tables[step] = sorted(completion_text(r["completion"]) for r in m["completions"]["_value"])
+    assert tables == {s: sorted(probe[s][1]) for s in steps}  # the table at s holds the completions sampled at s
+    summary = json.loads((root / "out" / "eval_summary.json").read_text())
+    made = {e["step"]: e["mean_length"] for e in summary["evaluations"]}  # as the evaluation recorded itself
+    evaluations = [(s, m["eval/mean_length"]) for s, m in rows if "eval/mean_length" in m]
+    assert sorted(s for s, _ in evaluations) == sorted(made) == EVAL_STEPS  # once each, start and end included
+    assert dict(evaluations) == made
+    assert summary["start"]["step"] == 0 and summary["end"]["step"] == STEPS
+    # The probe's profiling row at the step whose batch it scored; no profiling row outside the steps trained.
+    assert sorted(s for s, m in rows if PROBE_TIMING in m) == sorted(probe) == steps
+    assert {s for s, m in rows if any(k.startswith("profiling/") for k in m)} == set(steps)
+
+
+def wait_for_step(proc: subprocess.Popen, root: Path, step: int, timeout: float = HUNG) -> None:
     deadline = time.monotonic() + timeout
     while max(train_rows(root), default=0) < step:
         assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before step {step}"
@@ -94,7 +130,7 @@ def wait_for_step(proc: subprocess.Popen, root: Path, step: int, timeout: float 
         time.sleep(0.2)
 
 
-def wait_for_checkpoint(proc: subprocess.Popen, path: Path, timeout: float = 300) -> None:
+def wait_for_checkpoint(proc: subprocess.Popen, path: Path, timeout: float = HUNG) -> None:
     deadline = time.monotonic() + timeout
     while not path.is_dir() or verify(path) is not None:
         assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before {path.name} was complete"
@@ -178,6 +214,7 @@ def test_sigterm_saves_stops_cleanly_and_resume_finishes_the_run(sigterm_run):
     assert "Resumed existing run" in r.log2  # the same Trackio run
     assert (out / "model.safetensors").is_file()
     assert sorted(train_rows(r.root)) == list(range(1, STEPS + 1))  # every step once: no gap, no duplicate
+    assert_rows_at_training_steps(r.root)
     complete = [p.name for _, p in checkpoint_dirs(out) if verify(p) is None]
     assert len(complete) == 2 and complete[-1] == f"checkpoint-{STEPS}"  # save_total_limit 2; last step saved
 
@@ -191,6 +228,7 @@ def test_sigkill_resumes_from_the_last_complete_checkpoint(sigkill_run):
     assert f"removing incomplete checkpoint {r.torn}" in r.log2
     assert f"resuming from {r.good} (step {step})" in r.log2
     assert sorted(train_rows(r.root)) == list(range(1, STEPS + 1))  # pruned, re-logged once, nothing missing
+    assert_rows_at_training_steps(r.root)
     assert not r.torn.exists() or verify(r.torn) is None  # re-saved complete when its step came again (or rotated)
 
 

@@ -100,7 +100,12 @@ def test_list_shows_contract_of_every_reward(capsys):
     out = capsys.readouterr().out
     for name in SHIPPED:
         assert f"{name}  (" in out
-    assert "columns: answer, gym_entry" in out and "answer_form='literal', require_boxed=True, timeout_s=3" in out
+    assert "columns: answer, gym_entry" in out
+    # Each parameter with its default and the values it accepts (its annotation, checked at start-up).
+    math = out.split("math_correctness  (")[1].split("\n\S")[0]
+    for line in ("answer_form='literal'  (one of 'literal', 'expression')", "require_boxed=True  (true or false)",
+                 "timeout_s=3  (a number > 0)"):
+        assert f"\n      {line}\n" in math, line
 
 
 def test_check_reads_rows_file_and_params(tmp_path, capsys):

@@ -296,6 +296,7 @@ max_steps: 2
 learning_rate: 1.0e-2
 num_generations: 4
 per_device_train_batch_size: 8
+gradient_accumulation_steps: 1
 max_completion_length: 8
 train_size: 40
 eval_size: 8

@@ -52,7 +52,9 @@ def run(args) -> int:
             print(f"error: {flag}: must be >= 1, got {value}", file=sys.stderr)
             return 2
     try:
-        prepared = prepare(args.recipe, ["--config", str(config), *overrides, "--model_name_or_path", args.model])
+        # for_training=False: the config's output_dir may well hold the checkpoints of the run being evaluated.
+        prepared = prepare(args.recipe, ["--config", str(config), *overrides, "--model_name_or_path", args.model],
+                           for_training=False)
         model_path, source = resolve_model(args.model, prepared.recipe.model_cache_dir)
     except (ConfigError, ModelNotFound) as exc:
         print(f"error: {exc}", file=sys.stderr)

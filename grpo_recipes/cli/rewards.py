@@ -25,7 +25,7 @@ def register(subparsers) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="rewards_command", required=True)
 
-    ls = sub.add_parser("list", help="name, columns, params with defaults, doc and source of every reward")
+    ls = sub.add_parser("list", help="name, columns, params (default, accepted values), doc and source of every reward")
     ls.add_argument("--reward-dir", action="append", default=[], help="extra folder of reward files")
     ls.set_defaults(func=cmd_list)
 
@@ -48,10 +48,11 @@ def _relative(path: str) -> str:
 
 def cmd_list(args) -> int:
     for rdef in registry.available(args.reward_dir).values():
-        params = ", ".join(f"{k}={v!r}" for k, v in rdef.params.items()) or "-"
         print(f"{rdef.name}  ({_relative(rdef.source)})")
         print(f"    {rdef.doc or '(no docstring)'}")
-        print(f"    columns: {', '.join(rdef.columns) or '-'}    params: {params}")
+        print(f"    columns: {', '.join(rdef.columns) or '-'}    params:{'' if rdef.params else ' -'}")
+        for line in rdef.describe_params():
+            print(f"      {line}")
     return 0
 
 
