@@ -480,10 +480,11 @@ def test_launcher_starts_a_cpu_server_trains_saves_and_stops_it(recipe_config, t
             "--config", str(recipe_config), "--output_dir", str(tmp_path / "run"), "--trackio_dir",
             str(tmp_path / "trackio")]
     proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=2400, cwd=REPO)
-    log = proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert proc.returncode == 0, log
-    assert "VLLM_CPU_KVCACHE_SPACE=1 VLLM_USE_AOT_COMPILE=0 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE trl" in log
-    assert "vLLM server is ready" in proc.stderr and "trainer exited with code 0; stopping the vLLM server" in log
+    full = proc.stdout + proc.stderr
+    tail = proc.stdout[-3000:] + proc.stderr[-5000:]  # for failure messages: the whole output is megabytes
+    assert proc.returncode == 0, tail
+    assert "VLLM_CPU_KVCACHE_SPACE=1 VLLM_USE_AOT_COMPILE=0 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE trl" in full
+    assert "vLLM server is ready" in full and "trainer exited with code 0; stopping the vLLM server" in full, tail
     assert (tmp_path / "run" / "model.safetensors").is_file()
     assert list((tmp_path / "trackio").rglob("*.db")), "nothing logged to Trackio"
     assert not _healthy(port)  # the server was stopped
