@@ -202,7 +202,8 @@ def vllm_problems(grpo, model_args=None) -> list[str]:
     return vllm_support.check_vllm(
         grpo.use_vllm, grpo.vllm_mode, grpo.vllm_server_host, grpo.vllm_server_port, grpo.vllm_server_timeout,
         base_url=grpo.vllm_server_base_url, model=getattr(model_args, "model_name_or_path", None),
-        cuda_available=torch.cuda.is_available(),
+        cuda_available=torch.cuda.is_available() and not grpo.use_cpu,
+        tensor_parallel_size=grpo.vllm_tensor_parallel_size,
     )
 
 

@@ -32,3 +32,12 @@ class LaunchError(ValueError):
 
 class LaunchFailure(RuntimeError):
     """A process of a valid plan failed (server died, never got ready, interrupted)."""
+
+
+class WeightSyncError(RuntimeError):
+    """The trained weights could not be put into vLLM (vllm_cpu_sync.py). Training stops: generating with stale
+    weights would silently train off-policy. `status`: the vLLM server's HTTP status, None when it was unreachable."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status

@@ -21,11 +21,13 @@ from transformers import Trainer
 from trl import GRPOTrainer
 
 from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index
+from .vllm_cpu_sync import cpu_weight_sync
 
 
 class RecipeTrainer(GRPOTrainer):
     def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
+        with cpu_weight_sync():  # vLLM on a CPU trainer gets a weight sync that works there; GPUs keep TRL's
+            super().__init__(*args, **kwargs)
         self.diagnostics = diagnostics
         self._captured: tuple[torch.Tensor, torch.Tensor] | None = None
 

