@@ -21,13 +21,13 @@ LAYERS = [
     ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*"]),
     ("run", ["grpo_recipes.runner", "grpo_recipes.sft", "grpo_recipes.launch", "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
-                  "grpo_recipes.budget"]),
+                  "grpo_recipes.budget", "grpo_recipes.rollout"]),
     ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.config", "grpo_recipes.config_files",
                 "grpo_recipes.batching", "grpo_recipes.data", "grpo_recipes.models", "grpo_recipes.registry",
-                "grpo_recipes.reward_check", "grpo_recipes.hacks"]),
+                "grpo_recipes.reward_check", "grpo_recipes.hacks", "grpo_recipes.tools"]),
     ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
     ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",
-                "grpo_recipes.answers",
+                "grpo_recipes.answers", "grpo_recipes.episodes", "grpo_recipes.tool_templates",
                 "grpo_recipes.sandbox", "grpo_recipes.sandbox.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*"]),
 ]
 
@@ -46,7 +46,8 @@ DYNAMIC_IMPORTS = {
 LAUNCHER_STAYS_LIGHT = ["torch", "transformers", "trl", "datasets", "reasoning_gym", "trackio", "vllm"]
 
 # What a reward file may import from grpo_recipes: the registry (for @reward) and leaves.
-REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.sandbox",
+REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.episodes",
+                  "grpo_recipes.sandbox",
                   "grpo_recipes.sandbox.*",
                   "grpo_recipes.tasks", "grpo_recipes.tasks.*"]
 
