@@ -6,11 +6,12 @@ naming, rewards from the config, complete checkpoints, SIGTERM handling and resu
 model greedily answers the held-out split, generated and scored by evaluate.py as in GRPO's held-out evaluation,
 with the configured rewards (correctness_reward, format_reward).
 
-Examples are the TRAIN split of `load_splits` with the gold answer rendered in the target format (for a tool recipe,
-`tool_trajectory`: a call to the first configured tool with the row's expression, the tool's real result, the boxed
-answer), or distilled traces from a JSONL file. Either way no held-out question is ever trained on: the held-out split is computed with
-the same data settings the GRPO recipe uses, so those settings must match between the two configs.
-Examples are prompt-completion conversations, so TRL computes the loss on the assistant turn only.
+Examples are the TRAIN split of `load_splits` with the gold answer rendered in the target format (for a tool
+recipe, `tool_trajectory`: a call to the first configured tool with the row's expression, the tool's real result,
+the boxed answer), or distilled traces from a JSONL file. Either way no held-out question is ever trained on: the
+held-out split is computed with the same data settings the GRPO recipe uses, so those settings must match between
+the two configs. Examples are prompt-completion conversations, so TRL computes the loss on the assistant turn only
+(tool episodes: on the assistant turns, `assistant_only_loss`, never on the tool results).
 """
 
 from __future__ import annotations

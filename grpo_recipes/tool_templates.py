@@ -97,7 +97,8 @@ def _check_call(call, body: str) -> dict:
     if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
         return _invalid('expected a JSON object with a string "name"', body)
     if set(call) - {"name", "arguments"}:
-        return _invalid(f'unexpected keys {sorted(set(call) - {"name", "arguments"})}; use "name" and "arguments"', body)
+        extra = sorted(set(call) - {"name", "arguments"})
+        return _invalid(f'unexpected keys {extra}; use "name" and "arguments"', body)
     args = call.get("arguments", {})
     if isinstance(args, str):  # some models write the arguments as a JSON string, as OpenAI's API does
         try:

@@ -1,4 +1,5 @@
-"""Named tools and environments: the `@tool` and `@environment` decorators, the guard every tool runs behind, and what a tool message says went wrong.
+"""Named tools and environments: the `@tool` and `@environment` decorators, the guard every tool runs behind, and
+what a tool message says went wrong.
 
 A tool is a plain function in a file under a tools folder (loaded by path, like rewards):
 
@@ -305,7 +306,8 @@ def environment(name: str, *, timeout_s: float = 10.0):
             setattr(cls, attr, cls_method)
         old = _ENVIRONMENTS.get(name)
         if old is not None and inspect.getsourcefile(old) != source:
-            raise ValueError(f"environment name '{name}' is defined twice: in {inspect.getsourcefile(old)} and {source}")
+            raise ValueError(f"environment name '{name}' is defined twice: in {inspect.getsourcefile(old)} and "
+                             f"{source}")
         _ENVIRONMENTS[name] = cls
         return cls
 

@@ -118,3 +118,31 @@ def test_sft_then_grpo_on_the_tiny_model(tiny_model_dir, run_env):
     assert tables
     df = pd.read_parquet(tables[-1])
     assert "episode" in df.columns and isinstance(df["completion"][0][0], dict)  # whole conversations
+
+
+def test_tool_trajectory_uses_the_tools_real_result_and_drops_disagreeing_rows():
+    from grpo_recipes.sft import tool_trajectory
+    from grpo_recipes.tools import available, build_tools
+
+    calc = build_tools(["calculator"], available())[0]
+    row = {"question": "Calculate 95 - 21 / 21.", "answer": "94",
+           "gym_entry": json.dumps({"metadata": {"expression": "95 - 21 / 21"}})}
+    call, result, final = tool_trajectory(row, calc)
+    assert call["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "95 - 21 / 21"}}
+    assert result == {"role": "tool", "name": "calculator", "content": "94"}
+    assert final["content"] == "The answer is \\boxed{94}."
+    # reasoning-gym floors this division (79/7 is not 11): a gold episode would teach a made-up tool result
+    floored = {"question": "q", "answer": "11", "expression": "79 / -( -48 / 12 + -3 )"}
+    assert tool_trajectory(floored, calc) is None
+    assert tool_trajectory({"question": "q", "answer": "3"}, calc) is None  # no expression
+
+
+def test_gold_check_drops_rows_the_tool_disagrees_with():
+    from grpo_recipes.config import RecipeArguments
+    from grpo_recipes.data import gold_checked
+
+    rows = [{"question": "a", "answer": "94", "expression": "95 - 21 / 21"},
+            {"question": "b", "answer": "11", "expression": "79 / -( -48 / 12 + -3 )"},
+            {"question": "c", "answer": "5"}]
+    assert gold_checked(rows, RecipeArguments(gold_check_tool="calculator")) == rows[:1]
+    assert gold_checked(rows, RecipeArguments()) == rows
