@@ -310,7 +310,8 @@ class HeldOutEvalCallback(TrainerCallback):
                     ) -> HeldOutEvalCallback:
         correctness, fmt = reward_roles(recipe, funcs)
         settings = EvalSettings.from_configs(recipe, trainer.args)
-        settings.tools = list(trainer.tools or []) or None
+        # GRPOTrainer.tools: the guarded tools (None without); a stand-in trainer may not have the attribute at all
+        settings.tools = list(getattr(trainer, "tools", None) or []) or None
         return cls(trainer, held_out.to_list(), correctness, fmt, settings, recipe.eval_every_steps,
                    trainer.args.output_dir, resume_from)
 
