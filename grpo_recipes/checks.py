@@ -150,15 +150,19 @@ def static_checks(recipe, training, model_args=None, training_output: bool = Tru
 
 def tool_problems(recipe, training) -> list[str]:
     """tools / environment / tool_template / gold_check_tool: names, params, clashes, found before anything loads."""
-    wants_tools = recipe.uses_tools or recipe.gold_check_tool
-    if not wants_tools and not (_is_warmup(training) and training.sft_format == "tool_trajectory"):
+    # Plain attributes, not RecipeArguments.uses_tools: this also runs on the raw values of a config whose dataclasses
+    # could not be built (parsing._static_on_raw_values), where `tools` may still be unparsed text.
+    tool_list, uses_tools = recipe.tools or [], bool(recipe.tools or recipe.environment)
+    if not isinstance(tool_list, list):
+        return []
+    if not (uses_tools or recipe.gold_check_tool or (_is_warmup(training) and training.sft_format == "tool_trajectory")):
         return []
     try:
         known = tools.available(recipe.tool_dirs or ())
     except ImportError as exc:  # a tool file that does not import (or a tool with a bad schema) names itself
         return [f"tool_dirs: {exc}"]
-    problems = tools.check_tool_specs(recipe.tools, recipe.environment, known, tools.environments())
-    if recipe.uses_tools and recipe.tool_template not in TOOL_TEMPLATE_CHOICES:
+    problems = tools.check_tool_specs(tool_list, recipe.environment, known, tools.environments())
+    if uses_tools and recipe.tool_template not in TOOL_TEMPLATE_CHOICES:
         problems.append(f"tool_template: '{recipe.tool_template}' is not one of {', '.join(TOOL_TEMPLATE_CHOICES)}"
                         f"{choice_hint(recipe.tool_template, TOOL_TEMPLATE_CHOICES)}")
     if recipe.gold_check_tool and recipe.gold_check_tool not in known:
@@ -166,7 +170,7 @@ def tool_problems(recipe, training) -> list[str]:
     if recipe.environment is not None and recipe.eval_heldout and _is_grpo(training):
         problems.append("environment: the held-out evaluation runs standalone tools only (rollout.py builds no "
                         "environment instances); set eval_heldout: false and evaluate with the environment's reward")
-    if _is_warmup(training) and training.sft_format == "tool_trajectory" and not recipe.tools:
+    if _is_warmup(training) and training.sft_format == "tool_trajectory" and not tool_list:
         problems.append("sft_format: tool_trajectory renders a call to the first configured tool; set `tools`")
     return problems
 

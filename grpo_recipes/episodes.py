@@ -6,7 +6,8 @@ so all three read an episode the same way. The tool-message error format (`error
 because it is what an episode is read by; tools.py writes it.
 
 The final answer follows the project's answer policy (answers.py): the last assistant turn, one that makes no call,
-is the answer turn; its final \\boxed{} group must state one number literal (no hedge, no expression).
+is the answer turn; its final \\boxed{} group (or, without a box, "the answer is ...") must state one number
+literal (no hedge, no expression).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .answers import answer_region, final_box_group, literal_equal, parse_literal, single_answer
+from .answers import anchored_answer, answer_region, final_box_group, literal_equal, parse_literal, single_answer
 from .tool_templates import INVALID_CALL
 
 ERROR_KINDS = ("malformed", "unknown_tool", "bad_arguments", "tool_error", "program_error", "timeout", "exception")
@@ -86,11 +87,13 @@ def read_episode(completion) -> Episode:
 
 
 def final_literal(text: str | None):
-    """The answer of a final turn: its final \\boxed{} group stating one number literal (answers.py), else None."""
-    if not text:
+    """The answer of a final turn under the answer policy (answers.py): its final \\boxed{} group stating one number
+    literal, or without a box the text after "the answer is"; None otherwise (no free-text fallback)."""
+    region = answer_region(text) if text else None
+    if region is None:
         return None
-    region = answer_region(text)
-    answer = single_answer(final_box_group(region) or ()) if region is not None else None
+    group = final_box_group(region)
+    answer = (single_answer(group) if group else None) if group is not None else anchored_answer(region)
     return parse_literal(answer) if answer is not None else None
 
 
