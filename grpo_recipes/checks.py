@@ -155,7 +155,8 @@ def tool_problems(recipe, training) -> list[str]:
     tool_list, uses_tools = recipe.tools or [], bool(recipe.tools or recipe.environment)
     if not isinstance(tool_list, list):
         return []
-    if not (uses_tools or recipe.gold_check_tool or (_is_warmup(training) and training.sft_format == "tool_trajectory")):
+    trajectories = _is_warmup(training) and training.sft_format == "tool_trajectory"
+    if not (uses_tools or recipe.gold_check_tool or trajectories):
         return []
     try:
         known = tools.available(recipe.tool_dirs or ())
@@ -170,7 +171,7 @@ def tool_problems(recipe, training) -> list[str]:
     if recipe.environment is not None and recipe.eval_heldout and _is_grpo(training):
         problems.append("environment: the held-out evaluation runs standalone tools only (rollout.py builds no "
                         "environment instances); set eval_heldout: false and evaluate with the environment's reward")
-    if _is_warmup(training) and training.sft_format == "tool_trajectory" and not tool_list:
+    if trajectories and not tool_list:
         problems.append("sft_format: tool_trajectory renders a call to the first configured tool; set `tools`")
     return problems
 
