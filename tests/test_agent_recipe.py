@@ -2,6 +2,7 @@
 (SFT warm-up on tool trajectories, then GRPO with multi-turn rollouts, tool metrics in Trackio, held-out episodes)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -146,3 +147,62 @@ def test_gold_check_drops_rows_the_tool_disagrees_with():
             {"question": "c", "answer": "5"}]
     assert gold_checked(rows, RecipeArguments(gold_check_tool="calculator")) == rows[:1]
     assert gold_checked(rows, RecipeArguments()) == rows
+
+
+COUNTER = '''
+from grpo_recipes.tools import environment
+
+
+@environment("counter_e2e")
+class Counter:
+    def __init__(self, start: int = 0):
+        self.start = start
+
+    def reset(self, **row):
+        self.total, self.goal = self.start, int(row["answer"])
+        return "Use add to reach the answer."
+
+    def add(self, n: int) -> str:
+        """Add n to the running total.
+
+        Args:
+            n: The number to add.
+        """
+        self.total += n
+        return str(self.total)
+
+    def get_reward(self) -> float:
+        return float(self.total == self.goal)
+'''
+
+
+def test_an_environment_from_a_tool_file_trains_through_trls_environment_factory(tiny_model_dir, run_env):
+    """A drop-in environment: found by name, params bound, probed by TRL (its methods become the tools), reset per
+    rollout with the row's columns, its get_reward added as a reward; the step completes with tool metrics."""
+    folder = run_env / "envs"
+    folder.mkdir()
+    (folder / "counter.py").write_text(COUNTER)
+    out = run_env / "out"
+    args = tiny_run_args(tiny_model_dir, out, 1, "--max_completion_length", "16", "--tools", "[]", "--environment",
+                         '{"name": "counter_e2e", "params": {"start": 1}}', "--tool_dirs", str(folder),
+                         "--eval_heldout", "false")
+    proc = subprocess.run([sys.executable, str(REPO / "recipes/agent_grpo.py"), *args], capture_output=True,
+                          text=True, timeout=600, cwd=run_env, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(m) for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-agent")]
+    [train] = [r for r in records if "train/loss" in r]
+    assert "train/rewards/Counter/mean" in train  # TRL named the environment's reward after the class
+    assert "train/tools/call_rate" in train
+
+
+def test_environment_params_and_method_clashes_are_start_up_errors(tmp_path):
+    (tmp_path / "counter.py").write_text(COUNTER)
+    text = problems("--tools", '["calculator"]', "--environment", '{"name": "counter_e2e", "params": {"stat": 1}}',
+                    "--tool_dirs", str(tmp_path), "--eval_heldout", "false")
+    assert "environment.params: got an unexpected keyword argument 'stat'" in text
+    assert "environment: the held-out evaluation" not in text
+    (tmp_path / "clash.py").write_text(COUNTER.replace("counter_e2e", "clash_e2e").replace("def add", "def calculator")
+                                       .replace("Add n to", "Add n to it:"))
+    text = problems("--tools", '["calculator"]', "--environment", "clash_e2e", "--tool_dirs", str(tmp_path))
+    assert "tools: 'calculator' is also a method of environment 'clash_e2e'" in text
+    assert "environment: the held-out evaluation runs standalone tools only" in text
