@@ -1,6 +1,7 @@
 """grpo_recipes' import graph (README "Architecture"): every arrow points down the layer list, there is no cycle, and
 imports sit at the top of their module, apart from an explicit allow-list whose entries each carry their reason in a
-comment. Reward files (rewards/*.py) import only the registry and the leaves.
+comment. Reward files (rewards/*.py) import only the registry and the leaves, tool files (tools/*.py) only tools.py and
+the leaves.
 
 The graph is read from the source (the AST of every module, imports inside functions included), not from
 sys.modules, so an import on any code path counts. The checks are first run on synthetic graphs and a synthetic
@@ -321,6 +322,19 @@ def test_reward_files_import_only_the_registry_and_leaves():
     known = set(package_graph()[0])
     bad = [f"{imp.source} imports {imp.target}" for m, path in files.items() for imp in imports_of(m, path, known)
            if imp.target.startswith("grpo_recipes") and not matches(imp.target, REWARD_IMPORTS)]
+    assert bad == []
+
+
+# What a tool file may import from grpo_recipes: tools.py (for @tool / @environment) and the leaves, as reward files.
+TOOL_IMPORTS = ["grpo_recipes.tools", *REWARD_IMPORTS[1:]]
+
+
+def test_tool_files_import_only_the_tool_module_and_leaves():
+    files = modules_of(REPO / "tools", "tools")
+    assert len(files) >= 2
+    known = set(package_graph()[0])
+    bad = [f"{imp.source} imports {imp.target}" for m, path in files.items() for imp in imports_of(m, path, known)
+           if imp.target.startswith("grpo_recipes") and not matches(imp.target, TOOL_IMPORTS)]
     assert bad == []
 
 
