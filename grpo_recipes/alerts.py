@@ -46,6 +46,8 @@ class AlertConfig:
     clipped_ratio: float = _recipe_field("clipped_ratio")
     clip_ratio_min: float = _recipe_field("clip_ratio_min")
     clip_spike_factor: float = _recipe_field("clip_spike_factor")
+    tools_abandoned_frac: float = _recipe_field("tools_abandoned_frac")
+    tool_result_used_min: float = _recipe_field("tool_result_used_min")
 
     @classmethod
     def from_recipe(cls, recipe) -> AlertConfig:
@@ -284,6 +286,52 @@ class ClipRatioSpike(Detector):
             return MISSING
         limit = max(self.cfg.clip_ratio_min, self.cfg.clip_spike_factor * statistics.median(history))
         return f"clip_ratio/region_mean {c:.3f} > {limit:.3f}" if c > limit else None
+
+
+class ToolsAbandoned(Detector):
+    """The policy stopped calling tools: the call rate fell below a share of its early level."""
+
+    name, title = "tools_abandoned", "Tool use abandoned"
+    advice = ("Episodes no longer call tools. If accuracy fell with it, tool errors made calling costly (see "
+              "tools/error_rate) or the task no longer needs the tool; read the completions table's `episode` column "
+              "for what replaced the calls.")
+    FLOOR = 0.05  # below this early call rate there was no tool use to abandon (the SFT warm-up's job)
+
+    def __init__(self, cfg, patience=None):
+        super().__init__(cfg, patience)
+        self.baseline = Baseline(cfg.baseline_steps)
+
+    def observe(self, metrics):
+        rate = _value(metrics, "tools/call_rate")
+        if rate is None:
+            return MISSING
+        base = self.baseline.feed(rate)
+        if base is None or base < self.FLOOR:
+            return MISSING
+        limit = max(self.FLOOR, self.cfg.tools_abandoned_frac * base)
+        return f"tool-call rate {rate:.2f} < {limit:.2f} (early level {base:.2f})" if rate < limit else None
+
+
+class ToolResultIgnored(Detector):
+    """Tools are called, but what the model answers is not what they returned: calls made for their own sake."""
+
+    name, title = "tool_result_ignored", "Tool results ignored"
+    advice = ("Episodes call tools but answer with something else. Check that no reward pays for calling by itself "
+              "(tool_grounded pays only for a correct answer a tool returned) and read the completions table.")
+    MIN_CALL_RATE = 0.2  # too few calls to judge below this
+
+    def observe(self, metrics):
+        rate, used = _value(metrics, "tools/call_rate"), _value(metrics, "tools/answer_from_tool_rate")
+        if rate is None or used is None:
+            return MISSING
+        if rate >= self.MIN_CALL_RATE and used < self.cfg.tool_result_used_min:
+            return f"{rate:.0%} of episodes call a tool but only {used:.0%} of those with a result answer with it"
+        return None
+
+
+def tool_detectors(cfg: AlertConfig) -> list[Detector]:
+    """The detectors of a run with tools (they watch the tools/* metrics RecipeTrainer logs)."""
+    return [ToolsAbandoned(cfg), ToolResultIgnored(cfg)]
 
 
 def default_detectors(cfg: AlertConfig, reward_names: list[str], correctness: str, format_reward: str | None):

@@ -1,7 +1,7 @@
-"""Where the files shipped with grpo-recipes are: the rewards, and the recipe configs with their data files.
+"""Where the files shipped with grpo-recipes are: the rewards, the tools, and the recipe configs with their data files.
 
 In a checkout (and an editable install) they are the repository's rewards/ and recipes/ folders. A wheel carries
-copies inside the package, grpo_recipes/bundled_rewards and grpo_recipes/bundled_recipes (pyproject.toml), because
+copies inside the package, grpo_recipes/bundled_rewards, bundled_tools and bundled_recipes (pyproject.toml), because
 the repository is not there after `pip install grpo-recipes`. A leaf: it imports nothing from the package.
 """
 
@@ -20,6 +20,11 @@ def _shipped(installed: str, checkout: str) -> Path:
 def rewards_dir() -> Path:
     """The shipped reward files (rewards/*.py)."""
     return _shipped("bundled_rewards", "rewards")
+
+
+def tools_dir() -> Path:
+    """The shipped tool files (tools/*.py)."""
+    return _shipped("bundled_tools", "tools")
 
 
 def recipes_dir() -> Path:

@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, registry, tracking, vllm_support
+from . import checkpoint, registry, tools, tracking, vllm_support
 from .config import SFT_FORMATS
+from .tool_templates import TOOL_TEMPLATE_CHOICES
 from .data import check_data_args
 from .registry import choice_hint
 
@@ -131,6 +132,7 @@ def static_checks(recipe, training, model_args=None, training_output: bool = Tru
         grpo_checks(training, errors, warnings)
     if _is_warmup(training):
         errors += warmup_problems(recipe, training)
+    errors += tool_problems(recipe, training)
     if recipe.trackio_group and not tracking.enabled(training):
         errors.append(f"trackio_group: '{recipe.trackio_group}' groups Trackio runs, but report_to is "
                       f"{training.report_to or 'none'}; add trackio to report_to, or drop trackio_group")
@@ -144,6 +146,34 @@ def static_checks(recipe, training, model_args=None, training_output: bool = Tru
     if _is_grpo(training):
         errors += vllm_problems(training, model_args)
     return errors, warnings
+
+
+def tool_problems(recipe, training) -> list[str]:
+    """tools / environment / tool_template / gold_check_tool: names, params, clashes, found before anything loads."""
+    # Plain attributes, not RecipeArguments.uses_tools: this also runs on the raw values of a config whose dataclasses
+    # could not be built (parsing._static_on_raw_values), where `tools` may still be unparsed text.
+    tool_list, uses_tools = recipe.tools or [], bool(recipe.tools or recipe.environment)
+    if not isinstance(tool_list, list):
+        return []
+    trajectories = _is_warmup(training) and training.sft_format == "tool_trajectory"
+    if not (uses_tools or recipe.gold_check_tool or trajectories):
+        return []
+    try:
+        known = tools.available(recipe.tool_dirs or ())
+    except ImportError as exc:  # a tool file that does not import (or a tool with a bad schema) names itself
+        return [f"tool_dirs: {exc}"]
+    problems = tools.check_tool_specs(tool_list, recipe.environment, known, tools.environments())
+    if uses_tools and recipe.tool_template not in TOOL_TEMPLATE_CHOICES:
+        problems.append(f"tool_template: '{recipe.tool_template}' is not one of {', '.join(TOOL_TEMPLATE_CHOICES)}"
+                        f"{choice_hint(recipe.tool_template, TOOL_TEMPLATE_CHOICES)}")
+    if recipe.gold_check_tool and recipe.gold_check_tool not in known:
+        problems.append(f"gold_check_tool: unknown tool '{recipe.gold_check_tool}'. Known tools: {', '.join(known)}")
+    if recipe.environment is not None and recipe.eval_heldout and _is_grpo(training):
+        problems.append("environment: the held-out evaluation runs standalone tools only (rollout.py builds no "
+                        "environment instances); set eval_heldout: false and evaluate with the environment's reward")
+    if trajectories and not tool_list:
+        problems.append("sft_format: tool_trajectory renders a call to the first configured tool; set `tools`")
+    return problems
 
 
 def grpo_checks(grpo, errors: list[str], warnings: list[str]) -> None:
@@ -193,6 +223,9 @@ def warmup_problems(recipe, cfg) -> list[str]:
     if not cfg.sft_traces_path and not recipe.answer_field:
         problems.append("answer_field: rendered SFT targets need gold answers; set answer_field or pass "
                         "sft_traces_path")
+    if cfg.sft_format == "tool_trajectory" and not cfg.assistant_only_loss:
+        problems.append("assistant_only_loss: must be true with sft_format tool_trajectory, or the tool results "
+                        "(which the model never writes) are trained on as its own text")
     if cfg.format_eval_max_new_tokens < 1 or cfg.format_eval_batch_size < 1:
         problems.append("format_eval_max_new_tokens/format_eval_batch_size: must be >= 1")
     return problems

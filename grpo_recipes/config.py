@@ -17,7 +17,7 @@ from trl import SFTConfig
 from .registry import RewardSpec
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SFT_FORMATS = ("boxed", "think_boxed")
+SFT_FORMATS = ("boxed", "think_boxed", "tool_trajectory")
 
 
 @dataclass
@@ -77,6 +77,31 @@ class RecipeArguments:
     )
     reward_dirs: list[str] | None = field(
         default=None, metadata={"help": "Extra folders of reward files, searched before ./rewards and the shipped ones."}
+    )
+    # Tools (grpo_recipes/tools.py, docs/agent.md)
+    tools: list | str | None = field(
+        default=None,
+        metadata={"help": "Tools the model may call: a list of {name, params} (or names); see tools/*.py. Turns on "
+                          "multi-turn tool rollouts (GRPOConfig.max_tool_calling_iterations bounds the rounds)."},
+    )
+    environment: dict | str | None = field(
+        default=None,
+        metadata={"help": "An environment class ({name, params}), one instance per rollout: its public methods are "
+                          "tools, reset(**row) starts an episode (TRL environment_factory)."},
+    )
+    tool_dirs: list[str] | None = field(
+        default=None, metadata={"help": "Extra folders of tool files, searched before ./tools and the shipped ones."}
+    )
+    tool_template: str = field(
+        default="model",
+        metadata={"help": "Chat template for tool calls: `model` (the model's own; TRL must know how to parse it) or "
+                          "`chatml_tools` (ChatML models without tool support, such as SmolLM2)."},
+    )
+    gold_check_tool: str | None = field(
+        default=None,
+        metadata={"help": "Drop rows whose gold answer this tool disagrees with: the tool is called with the row's "
+                          "`expression` (reasoning-gym: from its metadata). reasoning-gym floors some divisions, so a "
+                          "correct calculator answer would score 0 there. The number dropped is logged."},
     )
     max_cpu_minutes: float | None = field(
         default=None,
@@ -195,6 +220,14 @@ class RecipeArguments:
     alert_clip_spike_factor: float = field(
         default=5.0, metadata={"help": "Alerts: clip-ratio spike when region_mean exceeds this multiple of its recent median."}
     )
+    alert_tools_abandoned_frac: float = field(
+        default=0.5, metadata={"help": "Alerts: tools abandoned when tools/call_rate falls below this share of its "
+                                       "baseline (and below 0.05 absolute at least)."}
+    )
+    alert_tool_result_used_min: float = field(
+        default=0.3, metadata={"help": "Alerts: tool results ignored when at least 20% of episodes call a tool but fewer "
+                                       "than this share of those answer with a tool's result."}
+    )
 
     def __post_init__(self) -> None:
         self.gym_params = _json_field("gym_params", self.gym_params, dict) or {}
@@ -206,6 +239,15 @@ class RecipeArguments:
         self.reward_specs = [RewardSpec.parse(e, i) for i, e in enumerate(raw or [])]
         if isinstance(self.reward_dirs, str):
             self.reward_dirs = [self.reward_dirs]
+        self.tools = _json_field("tools", self.tools, list) or []
+        if isinstance(self.environment, str) and self.environment.lstrip().startswith("{"):
+            self.environment = _json_field("environment", self.environment, dict)
+        if isinstance(self.tool_dirs, str):
+            self.tool_dirs = [self.tool_dirs]
+
+    @property
+    def uses_tools(self) -> bool:
+        return bool(self.tools or self.environment)
 
 
 def _json_field(name: str, value: Any, kind: type) -> Any:
@@ -225,8 +267,10 @@ class WarmupConfig(SFTConfig):
 
     sft_format: str = field(
         default="boxed",
-        metadata={"help": "Target format: `boxed` (a reasoning line, then \\boxed{answer}) or `think_boxed` "
-                          "(the line inside <think>...</think>, then \\boxed{answer})."},
+        metadata={"help": "Target format: `boxed` (a reasoning line, then \\boxed{answer}), `think_boxed` "
+                          "(the line inside <think>...</think>, then \\boxed{answer}) or `tool_trajectory` (a call "
+                          "to the first configured tool with the row's expression, its real result, then "
+                          "\\boxed{answer}; needs `tools`)."},
     )
     sft_traces_path: str | None = field(
         default=None,
@@ -240,3 +284,7 @@ class WarmupConfig(SFTConfig):
     )
     format_eval_max_new_tokens: int = field(default=48, metadata={"help": "Generation budget per held-out prompt."})
     format_eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together in format eval."})
+    format_eval_max_tool_iterations: int = field(
+        default=2, metadata={"help": "With tools: rounds of tool calls per held-out episode (the GRPO recipe's "
+                                     "max_tool_calling_iterations)."}
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import string
 from pathlib import Path
@@ -15,8 +16,11 @@ from pathlib import Path
 import reasoning_gym
 from datasets import Dataset, load_dataset
 
+from . import tools
 from .config import RecipeArguments
 from .tasks.humaneval import load_humaneval
+
+logger = logging.getLogger("grpo_recipes")
 
 SOURCES = ("reasoning_gym", "hub", "file")
 # Named held-out sets: functions returning rows with `question` (+ whatever their rewards read).
@@ -84,6 +88,27 @@ def _gym_rows(args: RecipeArguments) -> list[dict]:
     return [
         {"question": e["question"], "answer": str(e["answer"]), "gym_entry": json.dumps(e, default=str)} for e in data
     ]
+
+
+def row_expression(row: dict) -> str | None:
+    """The row's expression: its `expression` column, or a reasoning-gym row's metadata expression."""
+    if isinstance(row.get("expression"), str):
+        return row["expression"]
+    entry = row.get("gym_entry")
+    meta = (json.loads(entry) if isinstance(entry, str) else entry or {}).get("metadata") or {}
+    return meta.get("expression") if isinstance(meta.get("expression"), str) else None
+
+
+def gold_checked(rows: list[dict], args: RecipeArguments) -> list[dict]:
+    """Rows whose gold `gold_check_tool` confirms (the tool's result on the row's expression is the gold answer)."""
+    if not args.gold_check_tool:
+        return rows
+    check = tools.build_tools([args.gold_check_tool], tools.available(args.tool_dirs or ()))[0]
+    kept = [r for r in rows if (e := row_expression(r)) is not None and check(e).strip() == str(r["answer"]).strip()]
+    if len(kept) < len(rows):
+        logger.info("gold_check_tool: dropped %d of %d rows whose gold answer %s disagrees with (or that have no "
+                    "expression)", len(rows) - len(kept), len(rows), args.gold_check_tool)
+    return kept
 
 
 def _hub_rows(args: RecipeArguments, split: str) -> list[dict]:
@@ -158,9 +183,9 @@ def load_splits(args: RecipeArguments):
         eval_rows = _file_rows(args.eval_path) if args.eval_path else None
     if args.eval_source:
         eval_rows = EVAL_SOURCES[args.eval_source]()
-    rows = [r for r in (_normalise(r, args) for r in rows) if r is not None]
+    rows = gold_checked([r for r in (_normalise(r, args) for r in rows) if r is not None], args)
     if eval_rows is not None:
-        eval_rows = [r for r in (_normalise(r, args) for r in eval_rows) if r is not None]
+        eval_rows = gold_checked([r for r in (_normalise(r, args) for r in eval_rows) if r is not None], args)
     train, held_out = split_rows(rows, eval_rows, args)
     leaked = {question_key(ex["question"]) for ex in args.few_shot or ()} & {question_key(r["question"]) for r in held_out}
     if leaked:

@@ -27,6 +27,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models import unwrap_model_for_generation
 
 from .diagnostics import correctness_index, pass_at_k
+from .episodes import read_episode, transcript
+from .rollout import rollout
 
 logger = logging.getLogger("grpo_recipes.evaluate")
 
@@ -44,6 +46,8 @@ class EvalSettings:
     threshold: float = 1.0  # solved when the correctness reward is at least this
     seed: int = 0  # sampling is seeded in a forked RNG: evaluating never shifts the training run's random stream
     chat_template_kwargs: dict | None = None
+    tools: list | None = None  # the run's guarded tools: multi-turn rollouts (rollout.py) instead of one generation
+    max_tool_iterations: int | None = None  # rounds of tool calls per episode (GRPOConfig.max_tool_calling_iterations)
 
     @classmethod
     def from_configs(cls, recipe, grpo, k: int | None = None) -> EvalSettings:
@@ -59,6 +63,7 @@ class EvalSettings:
             threshold=recipe.correctness_threshold,
             seed=grpo.seed,
             chat_template_kwargs=grpo.chat_template_kwargs,
+            max_tool_iterations=getattr(grpo, "max_tool_calling_iterations", None),
         )
 
 
@@ -73,12 +78,13 @@ class EvalResult:
     rows: int
     unscorable: int  # rows whose greedy completion the verifier could not score (None)
     seconds: float = 0.0
+    tool_call_rate: float | None = None  # greedy episodes that made at least one tool call (runs with tools)
 
     def as_logs(self) -> dict[str, float]:
         """Trainer log keys: the `eval_` prefix becomes `eval/` in Trackio and the other report_to backends."""
         logs = {"eval_pass@1": self.pass_at_1, "eval_pass@k": self.pass_at_k,
                 "eval_pass@1_sampled": self.pass_at_1_sampled, "eval_format_rate": self.format_rate,
-                "eval_mean_length": self.mean_length}
+                "eval_mean_length": self.mean_length, "eval_tool_call_rate": self.tool_call_rate}
         return {k: v for k, v in logs.items() if v is not None}  # undefined is absent, never a fake 0
 
 
@@ -147,7 +153,7 @@ def generate_greedy_and_sampled(model, prompt_ids: list[list[int]], greedy: Gene
 
 
 def score(func, rows: list[dict], completion_ids: list[list[int]], texts: list[str], per_row: int,
-          trainer_state=None) -> list[float | None]:
+          trainer_state=None, messages: list[list[dict]] | None = None) -> list[float | None]:
     """Call a TRL-style reward function the way GRPOTrainer does: columns repeated per completion.
 
     `func` is the training run's own compiled reward, so a reward that raises on held-out completions is recorded in
@@ -159,6 +165,8 @@ def score(func, rows: list[dict], completion_ids: list[list[int]], texts: list[s
     prompts = [row["prompt"] for row in expanded]
     conversational = _is_conversational(prompts[0])
     completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+    if messages is not None:  # a tool episode: the messages, as TRL hands them to rewards in training
+        completions = messages
     columns = {key: [row[key] for row in expanded] for key in rows[0] if key not in ("prompt", "completion")}
     # Reward-internal metrics and table columns belong to the training logs: an evaluation must not mix into them.
     scores = func(prompts=prompts, completions=completions, completion_ids=completion_ids, trainer_state=trainer_state,
@@ -166,9 +174,34 @@ def score(func, rows: list[dict], completion_ids: list[list[int]], texts: list[s
     return [None if s is None or s != s else float(s) for s in scores]
 
 
+def evaluate_episodes(model, tokenizer, rows: list[dict], correctness, fmt, settings: EvalSettings,
+                      trainer_state=None) -> list[dict]:
+    """evaluate_rows for a run with tools: multi-turn greedy episodes (and k sampled ones), built as TRL builds them."""
+    max_iter = 8 if settings.max_tool_iterations is None else settings.max_tool_iterations  # None: TRL's unlimited
+    common = dict(max_completion_length=settings.max_new_tokens, max_iterations=max_iter,
+                  batch_size=settings.batch_size, chat_template_kwargs=settings.chat_template_kwargs)
+    prompts = [r["prompt"] for r in rows]
+    greedy = rollout(model, tokenizer, prompts, settings.tools, **common)
+    sampled = rollout(model, tokenizer, [p for p in prompts for _ in range(settings.k)], settings.tools, sample=True,
+                      temperature=settings.temperature, **common) if settings.k else []
+
+    def scored(func, episodes, per_row):
+        texts = [transcript(e["messages"]) for e in episodes]
+        ids = [e["completion_ids"] for e in episodes]
+        return score(func, rows, ids, texts, per_row, trainer_state, [e["messages"] for e in episodes])
+
+    g_correct, g_format = scored(correctness, greedy, 1), scored(fmt, greedy, 1)
+    s_correct = scored(correctness, sampled, settings.k) if settings.k else []
+    return [{"greedy": g_correct[i], "format": g_format[i], "length": greedy[i]["model_tokens"],
+             "samples": s_correct[i * settings.k : (i + 1) * settings.k], "completion": transcript(e["messages"]),
+             "tool_calls": len(read_episode(e["messages"]).calls)} for i, e in enumerate(greedy)]
+
+
 def evaluate_rows(model, tokenizer, rows: list[dict], correctness, fmt, settings: EvalSettings,
                   eos_ids: list[int], chat_template=None, trainer_state=None) -> list[dict]:
     """Per-row records: greedy correctness/format/length/text and the k sampled correctness values."""
+    if settings.tools:
+        return evaluate_episodes(model, tokenizer, rows, correctness, fmt, settings, trainer_state)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     greedy_cfg = generation_config(settings, False, pad_id, eos_ids)
     sample_cfg = generation_config(settings, True, pad_id, eos_ids)
@@ -209,6 +242,7 @@ def summarise(records: list[dict], settings: EvalSettings, has_format: bool, sec
         rows=len(records),
         unscorable=len(records) - len(greedy),
         seconds=seconds,
+        tool_call_rate=_mean([float(r["tool_calls"] > 0) for r in records if "tool_calls" in r]),
     )
 
 
@@ -277,6 +311,8 @@ class HeldOutEvalCallback(TrainerCallback):
                     ) -> HeldOutEvalCallback:
         correctness, fmt = reward_roles(recipe, funcs)
         settings = EvalSettings.from_configs(recipe, trainer.args)
+        # GRPOTrainer.tools: the guarded tools (None without); a stand-in trainer may not have the attribute at all
+        settings.tools = list(getattr(trainer, "tools", None) or []) or None
         return cls(trainer, held_out.to_list(), correctness, fmt, settings, recipe.eval_every_steps,
                    trainer.args.output_dir, resume_from)
 
@@ -368,7 +404,7 @@ def format_before_after(start: dict, end: dict, gain: dict | None = None) -> str
     lines = [f"held-out evaluation, {end['rows']} rows (step {start['step']} -> step {end['step']}):"]
     for key, label in (("pass_at_1", "pass@1 (greedy)"), ("pass_at_k", f"pass@{end['k']}"),
                        ("pass_at_1_sampled", "pass@1 (sampled)"), ("format_rate", "format rate"),
-                       ("mean_length", "mean length")):
+                       ("tool_call_rate", "tool-call rate"), ("mean_length", "mean length")):
         a, b = start.get(key), end.get(key)
         if a is None and b is None:
             continue

@@ -43,7 +43,12 @@ from .errors import RewardContractError, RewardFailureRateExceeded
 logger = logging.getLogger(__name__)
 
 # Names a reward may ask for that come from the trainer, not from the dataset or the config.
-CONTEXT_NAMES = ("prompts", "completion_ids", "log_metric", "log_extra", "trainer_state")
+# `completion_messages`: the completions as TRL hands them (for a tool run, each one a list of chat messages: the
+# assistant turns with their tool calls and the tool results); `completions` is their text. `environments`: the
+# per-rollout environment instances of a run with an environment (None otherwise).
+CONTEXT_NAMES = ("prompts", "completion_ids", "log_metric", "log_extra", "trainer_state", "completion_messages",
+                 "environments")
+PER_COMPLETION = ("prompts", "completion_ids", "completion_messages", "environments")
 _MODULE_PREFIX = "grpo_recipes._loaded_rewards"
 ENV_REWARD_DIRS = "GRPO_RECIPES_REWARD_DIRS"
 
@@ -416,7 +421,8 @@ class CompiledReward:
         log_metric = self._metric(kwargs.get("log_metric"))
         context = {}
         for name in self.rdef.context:
-            context[name] = log_metric if name == "log_metric" else kwargs.get(name)
+            context[name] = (log_metric if name == "log_metric" else list(completions) if name == "completion_messages"
+                             else kwargs.get(name))
         errors_before = self.error_count
         try:
             scores = self._invoke(texts, columns, context)
@@ -460,8 +466,11 @@ class CompiledReward:
         scores: list[float | None] = []
         for i, text in enumerate(texts):
             row_cols = {k: [v[i]] for k, v in columns.items()}
+            # Context lists with one entry per completion are cut to this completion's entry too.
+            row_context = {k: [v[i]] if k in PER_COMPLETION and isinstance(v, list) and len(v) == len(texts) else v
+                           for k, v in context.items()}
             try:
-                scores.extend(self._invoke([text], row_cols, context))
+                scores.extend(self._invoke([text], row_cols, row_context))
             except RewardContractError:
                 raise
             except Exception as exc:  # a reward must not take the run down for one odd completion

@@ -260,6 +260,9 @@ class _Call:
             "log_metric": lambda name, value: self.report.metrics[name].append(float(value)),
             "log_extra": lambda name, values: None,
             "trainer_state": None,
+            # a plain completion as TRL hands it in a chat run: one assistant message (no tool calls)
+            "completion_messages": [[{"role": "assistant", "content": t}] for t in texts],
+            "environments": None,
         }
         context = {k: v for k, v in context.items() if k in self.rdef.context}
         start = time.perf_counter()

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoTokenizer
 from trl import GRPOConfig, get_peft_config
 
-from . import checkpoint, checks, registry, tracking
-from .alerts import AlertCallback, AlertConfig, default_detectors
+from . import checkpoint, checks, registry, tools, tracking
+from .alerts import AlertCallback, AlertConfig, default_detectors, tool_detectors
 from .budget import CpuBudget
 from .config import RecipeArguments
 from .data import load_splits
@@ -33,6 +34,7 @@ from .evaluate import HeldOutEvalCallback
 from .models import prepare_model
 from .parsing import parse_recipe_args
 from .signals import exit_code
+from .tool_templates import ToolTemplateError, prepare_tokenizer
 from .trainer import RecipeTrainer, diagnostics_spec
 
 logger = logging.getLogger("grpo_recipes")
@@ -69,6 +71,7 @@ class Stage:
             train_dataset=run.train,
             peft_config=get_peft_config(run.model_args),
             diagnostics=diagnostics_spec(run.recipe, run.training, run.funcs),
+            **tool_kwargs(run.recipe, model_path),
         )
 
     def callbacks(self, trainer, run: Run) -> list:
@@ -80,8 +83,9 @@ class Stage:
         if recipe.alerts:
             names = [f.__name__ for f in run.funcs]
             correctness = names[correctness_index(names, recipe.correctness_reward)]
-            out.append(AlertCallback(default_detectors(AlertConfig.from_recipe(recipe), names, correctness,
-                                                       recipe.format_reward)))
+            cfg = AlertConfig.from_recipe(recipe)
+            detectors = default_detectors(cfg, names, correctness, recipe.format_reward)
+            out.append(AlertCallback(detectors + (tool_detectors(cfg) if recipe.uses_tools else [])))
         return out
 
     def before_train(self, trainer, run: Run) -> None:
@@ -121,6 +125,26 @@ class FaultLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+
+
+def tool_tokenizer(recipe: RecipeArguments, model_path: str):
+    """The tokenizer with the configured tool template and parser: on every start (also from an SFT'd folder or a
+    checkpoint), because the parser is an instance attribute that a saved tokenizer does not keep."""
+    try:
+        return prepare_tokenizer(AutoTokenizer.from_pretrained(model_path), recipe.tool_template)
+    except ToolTemplateError as exc:
+        raise ConfigError([str(exc)]) from None
+
+
+def tool_kwargs(recipe: RecipeArguments, model_path: str) -> dict:
+    """GRPOTrainer's tool arguments for a run with tools (none otherwise). The template is checked here, right after
+    the model is resolved and before its weights load; names and params were checked at start-up (checks.py)."""
+    if not recipe.uses_tools:
+        return {}
+    known = tools.available(recipe.tool_dirs or ())
+    return {"processing_class": tool_tokenizer(recipe, model_path),
+            "tools": tools.build_tools(recipe.tools, known),
+            "environment_factory": tools.build_environment(recipe.environment, tools.environments())}
 
 
 def default_run_name(recipe_name: str, model_name: str, training, stage: Stage | None = None) -> str:
@@ -199,7 +223,11 @@ def main(recipe_name: str, default_config: Path | None = None, argv: list[str] |
         print(f"error: {exc}", file=sys.stderr)
         return 2
     logger.info(run.stage.describe(run))
-    trainer = build_trainer(run)
+    try:
+        trainer = build_trainer(run)
+    except ConfigError as exc:  # the checks that need the tokenizer (tool template)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     state = trainer.accelerator.state
     logger.info("processes: %d (%s, %s)", state.num_processes, state.distributed_type.value, state.device)
     code = train_and_save(trainer, run)

@@ -12,6 +12,14 @@ A generation batch can serve several optimiser steps (steps_per_generation, num_
 recorded once, when it is generated, exactly like TRL's reward metrics, and appear in the next log.
 
 `log` logs TRL's completions table once per step: not again with the end-of-training summary.
+
+With tools (recipe `tools:` / `environment:`), two more hooks:
+- `_generate`: TRL builds one tool table per rollout (`_sync_tool_dicts`) right before calling _generate. INVALID_CALL,
+  the call tool_templates' parser makes of a malformed block or an unknown tool, is added to each table, so the model
+  reads what was wrong instead of TRL ending the episode silently. Fails loudly if TRL renames the attribute.
+- `_calculate_rewards`: the completions are message lists there; the batch's tool metrics (episodes.tool_metrics)
+  join `_metrics` like the diagnostics, and each episode's one-line transcript becomes an `episode` column of the
+  completions table (Parquet keeps `tool_calls` only as a Python repr).
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ from transformers import Trainer
 from trl import GRPOTrainer
 
 from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index
+from .episodes import tool_metrics, transcript
+from .tool_templates import INVALID_CALL
+from .tools import invalid_call_handler
 from .vllm_cpu_sync import cpu_weight_sync
 
 
@@ -31,8 +42,28 @@ class RecipeTrainer(GRPOTrainer):
         self.diagnostics = diagnostics
         self._captured: tuple[torch.Tensor, torch.Tensor] | None = None
 
+    @property
+    def _uses_tools(self) -> bool:
+        return bool(self.tools)  # TRL sets it for tools and for an environment's methods alike
+
+    def _generate(self, prompts):
+        if self._uses_tools:
+            tables = getattr(self, "_sync_tool_dicts", None)
+            if tables is None:  # TRL changed its internals: fail loudly rather than let malformed calls end episodes
+                raise RuntimeError("RecipeTrainer: GRPOTrainer no longer builds _sync_tool_dicts; update the "
+                                   "INVALID_CALL hook in grpo_recipes/trainer.py")
+            for table in tables:
+                table.setdefault(INVALID_CALL, invalid_call_handler(lambda t=table: sorted(set(t) - {INVALID_CALL})))
+        return super()._generate(prompts)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._uses_tools:
+            mode = "train" if self.model.training else "eval"
+            # Local rows only, like TRL's own tools/* metrics; log() averages them over the logging window.
+            for name, value in tool_metrics(completions, [x.get("answer") for x in inputs]).items():
+                self._metrics[mode][name].append(value)
+            self._log_completion_extra("episode", [transcript(c) for c in completions])
         if self.diagnostics is not None:
             lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=self.accelerator.device)
             self._captured = (rewards_per_func.detach(), self.accelerator.gather(lengths))

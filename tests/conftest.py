@@ -69,3 +69,21 @@ def tiny_run_args(model_dir: Path, out: Path, steps: int = 2, *extra: str) -> li
         "--max_completion_length", "8",
         "--train_size", "40", "--eval_size", "8", "--save_strategy", "no", *extra,
     ]
+
+
+@pytest.fixture
+def tool_tokenizer(smollm_tokenizer_dir):
+    """The SmolLM2 tokenizer with the chatml_tools template and parser installed."""
+    from transformers import AutoTokenizer
+
+    from grpo_recipes.tool_templates import install
+
+    return install(AutoTokenizer.from_pretrained(smollm_tokenizer_dir), "chatml_tools")
+
+
+@pytest.fixture(scope="session")
+def tools():
+    """The shipped calculator and python tools, guarded (python with a 2 s sandbox timeout)."""
+    from grpo_recipes.tools import available, build_tools
+
+    return build_tools(["calculator", {"name": "python", "params": {"timeout_s": 2}}], available())

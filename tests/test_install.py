@@ -1,6 +1,6 @@
 """grpo-recipes as a user gets it: built into a wheel and installed (not editable, no checkout around), the
 `grpo-recipes eval --recipe NAME` command finds the recipe's config, its data files and the shipped rewards inside
-the package. Offline: the wheel is built from a copy of the sources with this environment's setuptools."""
+the package (and the agent recipe its shipped tools and tool chat template). Offline: the wheel is built from a copy of the sources with this environment's setuptools."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO
 
-SOURCES = ("pyproject.toml", "README.md", "grpo_recipes", "rewards", "recipes")
+SOURCES = ("pyproject.toml", "README.md", "grpo_recipes", "rewards", "tools", "recipes")
 
 
 def run(argv, **kwargs):
@@ -36,10 +36,12 @@ def test_eval_runs_from_an_installed_wheel(tmp_path, tiny_model_dir):
     env.update(PYTHONPATH=str(site), HF_HUB_OFFLINE="1")
     where = run([sys.executable, "-c", "import grpo_recipes; print(grpo_recipes.__file__)"], cwd=work, env=env)
     assert where.stdout.strip() == str(site / "grpo_recipes" / "__init__.py")  # the wheel's copy, not the checkout
-    for recipe, correctness in (("math", "math_correctness"), ("json", "json_field_accuracy")):
+    # agent: the shipped tools (tools/ -> grpo_recipes/bundled_tools) and the chatml_tools template (package data)
+    for recipe, correctness in (("math", "math_correctness"), ("json", "json_field_accuracy"), ("agent", "final_answer")):
         out = work / f"{recipe}.json"
         run([str(site / "bin" / "grpo-recipes"), "eval", "--recipe", recipe, "--model", str(tiny_model_dir),
              "--limit", "2", "--k", "1", "--output", str(out), "--", "--train_size", "20", "--eval_size", "4",
              "--max_completion_length", "4", "--report_to", "none"], cwd=work, env=env)
         report = json.loads(out.read_text())
         assert report["rows"] == 2 and report["correctness_reward"] == correctness, report
+        assert (report["tool_call_rate"] is not None) == (recipe == "agent"), report

@@ -1,6 +1,7 @@
 """grpo_recipes' import graph (README "Architecture"): every arrow points down the layer list, there is no cycle, and
 imports sit at the top of their module, apart from an explicit allow-list whose entries each carry their reason in a
-comment. Reward files (rewards/*.py) import only the registry and the leaves.
+comment. Reward files (rewards/*.py) import only the registry and the leaves, tool files (tools/*.py) only tools.py and
+the leaves.
 
 The graph is read from the source (the AST of every module, imports inside functions included), not from
 sys.modules, so an import on any code path counts. The checks are first run on synthetic graphs and a synthetic
@@ -21,13 +22,13 @@ LAYERS = [
     ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*"]),
     ("run", ["grpo_recipes.runner", "grpo_recipes.sft", "grpo_recipes.launch", "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
-                  "grpo_recipes.budget", "grpo_recipes.vllm_cpu_sync"]),
+                  "grpo_recipes.budget", "grpo_recipes.rollout", "grpo_recipes.vllm_cpu_sync"]),
     ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.config", "grpo_recipes.config_files",
                 "grpo_recipes.batching", "grpo_recipes.data", "grpo_recipes.models", "grpo_recipes.registry",
-                "grpo_recipes.reward_check", "grpo_recipes.hacks"]),
+                "grpo_recipes.reward_check", "grpo_recipes.hacks", "grpo_recipes.tools"]),
     ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
     ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",
-                "grpo_recipes.answers",
+                "grpo_recipes.answers", "grpo_recipes.episodes", "grpo_recipes.tool_templates",
                 "grpo_recipes.sandbox", "grpo_recipes.sandbox.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*"]),
 ]
 
@@ -49,7 +50,8 @@ DYNAMIC_IMPORTS = {
 LAUNCHER_STAYS_LIGHT = ["torch", "transformers", "trl", "datasets", "reasoning_gym", "trackio", "vllm"]
 
 # What a reward file may import from grpo_recipes: the registry (for @reward) and leaves.
-REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.sandbox",
+REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.episodes",
+                  "grpo_recipes.sandbox",
                   "grpo_recipes.sandbox.*",
                   "grpo_recipes.tasks", "grpo_recipes.tasks.*"]
 
@@ -323,6 +325,19 @@ def test_reward_files_import_only_the_registry_and_leaves():
     known = set(package_graph()[0])
     bad = [f"{imp.source} imports {imp.target}" for m, path in files.items() for imp in imports_of(m, path, known)
            if imp.target.startswith("grpo_recipes") and not matches(imp.target, REWARD_IMPORTS)]
+    assert bad == []
+
+
+# What a tool file may import from grpo_recipes: tools.py (for @tool / @environment) and the leaves, as reward files.
+TOOL_IMPORTS = ["grpo_recipes.tools", *REWARD_IMPORTS[1:]]
+
+
+def test_tool_files_import_only_the_tool_module_and_leaves():
+    files = modules_of(REPO / "tools", "tools")
+    assert len(files) >= 2
+    known = set(package_graph()[0])
+    bad = [f"{imp.source} imports {imp.target}" for m, path in files.items() for imp in imports_of(m, path, known)
+           if imp.target.startswith("grpo_recipes") and not matches(imp.target, TOOL_IMPORTS)]
     assert bad == []
 
 

@@ -140,6 +140,20 @@ def test_a_reward_that_raises_on_one_completion_gives_none_for_it_only():
     assert metrics["rewards/t/none_rate"] == pytest.approx(1 / 3)
 
 
+def test_completion_messages_are_the_message_lists_and_are_cut_per_completion_on_a_fault():
+    # A tool run's completions are message lists; `completions` is their text (tool results included), the
+    # `completion_messages` context name the lists themselves. When the batch raises, each completion is retried
+    # alone with ITS OWN messages (not the whole batch's, which would fail every retry).
+    def by_turns(completions, completion_messages):
+        return [1.0 / (len(m) - 1) for m in completion_messages]  # ZeroDivisionError on a one-message episode
+
+    fn, faults = _compiled(by_turns)
+    episode = [{"role": "assistant", "content": "", "tool_calls": []}, {"role": "tool", "content": "94"},
+               {"role": "assistant", "content": "\\boxed{94}"}]
+    out = fn([episode, [{"role": "assistant", "content": "x"}], episode[:2]], trainer_state=None)
+    assert out == [0.5, None, 1.0] and len(faults) == 1
+
+
 def test_contract_violations_are_bugs_not_faults():
     fn, _ = _compiled(lambda completions: [1.0])
     with pytest.raises(RewardContractError, match="returned 1 values for 2 completions"):

@@ -68,6 +68,8 @@ def _call(name: str, texts: list[str], columns: dict, with_ids: bool):
         "log_metric": lambda metric, value: math.isfinite(value) or pytest.fail(f"{name} logged {metric}={value}"),
         "log_extra": lambda column, values: None,
         "trainer_state": None,
+        "completion_messages": [[{"role": "assistant", "content": t}] for t in texts],
+        "environments": None,
     }
     assert set(rdef.context) <= set(CONTEXT_NAMES)
     return rdef.func(texts, **columns, **{k: context[k] for k in rdef.context})

@@ -21,7 +21,7 @@ from .. import bundled
 from ..errors import ConfigError, ModelNotFound
 from ..evaluate import EvalSettings, eos_token_ids, evaluate, reward_roles, summarise
 from ..models import resolve_model
-from ..runner import prepare
+from ..runner import prepare, tool_kwargs
 
 
 def register(subparsers) -> None:
@@ -66,7 +66,15 @@ def run(args) -> int:
     rows = held_out.to_list()[: args.limit] if args.limit else held_out.to_list()
     correctness, fmt = reward_roles(recipe, prepared.funcs)
     settings = EvalSettings.from_configs(recipe, prepared.training, k=args.k)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if recipe.uses_tools:  # multi-turn episodes with the recipe's tools and tool template
+        try:
+            tooling = tool_kwargs(recipe, model_path)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        tokenizer, settings.tools = tooling["processing_class"], tooling["tools"]
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
     kwargs = {"dtype": prepared.model_args.dtype} if prepared.model_args.dtype else {}
     model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
     if torch.cuda.is_available():

@@ -1,0 +1,48 @@
+"""Tool-use rewards: the final answer, strictly verified, and tool use that only pays when it produced that answer.
+
+Both read the episode as messages (the `completion_messages` context name: a tool run's completions are message
+lists, and their flattened text would include the tool results, where a tool output like "\\boxed{94}" would count
+as the model's answer). Only the last assistant turn, one that makes no call, is the answer, read with the project's
+answer policy (grpo_recipes/answers.py, via episodes.final_literal).
+
+Hacks considered, and what stops each (tests/test_agent_rewards.py has one test per line):
+- call a tool for its own sake (any expression, the question text, many calls): tool_grounded pays only when the
+  final answer is correct AND equals a number a successful call returned, and only up to `max_calls` calls;
+- echo a tool result computed from the wrong expression: that answer is wrong, so neither reward pays;
+- write a fake <tool_response> or a \\boxed{} inside a call turn, or have the python tool print "\\boxed{N}": only a
+  real `tool` message grounds, only the final no-call turn answers;
+- hedge with several different \\boxed{} or a non-literal (\\frac{188}{2}, 90+4): the final box group must state
+  one number literal;
+- stop mid-episode (iteration or length limit) with a guess: an unfinished episode scores 0.
+"""
+
+from __future__ import annotations
+
+from grpo_recipes.answers import parse_literal
+from grpo_recipes.episodes import is_correct, read_episode
+from grpo_recipes.registry import reward
+
+
+@reward("final_answer")
+def final_answer(completions, answer, completion_messages, log_metric) -> list[float | None]:
+    """1.0 when the episode's final turn states the gold number; None for a gold that is not a number literal."""
+    scores = []
+    for messages, gold in zip(completion_messages, answer, strict=True):
+        verdict = is_correct(read_episode(messages), gold)
+        scores.append(None if verdict is None else float(verdict))
+    log_metric("gold_not_number", sum(s is None for s in scores) / max(len(scores), 1))
+    return scores
+
+
+@reward("tool_grounded")
+def tool_grounded(completions, answer, completion_messages, *, max_calls: int = 3) -> list[float | None]:
+    """1.0 when the final answer is correct and equals a number a successful tool call returned (<= max_calls calls)."""
+    scores = []
+    for messages, gold in zip(completion_messages, answer, strict=True):
+        if parse_literal(str(gold)) is None:
+            scores.append(None)
+            continue
+        ep = read_episode(messages)
+        ok = bool(is_correct(ep, gold)) and ep.answer_from_tool() and 0 < len(ep.calls) <= max_calls
+        scores.append(float(ok))
+    return scores
