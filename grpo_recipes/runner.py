@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accelerate import PartialState
 from transformers import AutoTokenizer
 from trl import GRPOConfig, get_peft_config
 
@@ -228,7 +229,7 @@ def main(recipe_name: str, default_config: Path | None = None, argv: list[str] |
     except ConfigError as exc:  # the checks that need the tokenizer (tool template)
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    state = trainer.accelerator.state
+    state = PartialState()  # Accelerate's process state, shared with the trainer's accelerator
     logger.info("processes: %d (%s, %s)", state.num_processes, state.distributed_type.value, state.device)
     code = train_and_save(trainer, run)
     if trainer.accelerator.num_processes > 1:

@@ -146,7 +146,7 @@ def test_callback_evaluates_held_out_rows_only():
     assert {question_key(r["question"]) for r in cb.rows} == {question_key(q) for q in held_out["question"]}
     assert not train_q & {question_key(r["question"]) for r in cb.rows}
     assert cb.correctness.__name__ == "math_correctness" and cb.fmt.__name__ == "boxed_format"  # role "format"
-    assert cb.settings.max_new_tokens == grpo.max_completion_length and cb.settings.k == 4
+    assert cb.settings.max_new_tokens == grpo.max_completion_length and cb.settings.k == recipe.eval_k == 0
     assert cb.settings.temperature == grpo.temperature
 
 
@@ -203,7 +203,7 @@ def trackio_rows(trackio_dir, project):
 
 def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_env):
     out = run_env / "out"
-    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, out)]
+    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, out, 2, "--eval_k", "2")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     metrics, alerts, stepped = trackio_rows(run_env / "trackio", "grpo-recipes-math")

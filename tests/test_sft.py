@@ -47,7 +47,7 @@ def test_sft_trains_on_no_question_of_the_grpo_held_out_split():
     grpo_recipe, _, _, _ = parse_recipe_args(["--report_to", "none"], GRPO_CONFIG)
     _, grpo_held_out = load_splits(grpo_recipe)
     held_out = {question_key(q) for q in grpo_held_out["question"]}
-    assert len(held_out) == grpo_recipe.eval_size == 50
+    assert len(held_out) == grpo_recipe.eval_size == 200
     # The two configs must carve the same held-out split, or avoiding SFT's own would not protect GRPO's.
     assert {question_key(q) for q in sft_held_out["question"]} == held_out
     assert not {question_key(q) for q in dataset["question"]} & held_out

@@ -85,11 +85,11 @@ BAD_CONFIGS = [
     ("cli-missing-value", lambda t: ["--max_steps"], "max_steps: --max_steps needs one value, got no value"),
     ("yaml-int-field-float", lambda t: _yaml(t, "max_steps: 2.5"), "max_steps: 2.5 is not an integer"),
     ("batch-vs-generations", lambda t: ["--num_generations", "3"],
-     "num_generations: the generation batch (per_device_train_batch_size 16 × 1 process ×"
-     " gradient_accumulation_steps 1 = 16) is not a multiple of num_generations 3"),
+     "num_generations: the generation batch (per_device_train_batch_size 2 × 1 process ×"
+     " gradient_accumulation_steps 8 = 16) is not a multiple of num_generations 3"),
     ("one-generation", lambda t: ["--num_generations", "1"], "num_generations: 1; GRPO needs at least 2"),
-    ("generation-batch", lambda t: ["--generation_batch_size", "12"],
-     "generation_batch_size: 12 is not a multiple of per_device_train_batch_size × processes = 16 × 1 = 16"),
+    ("generation-batch", lambda t: ["--generation_batch_size", "13"],
+     "generation_batch_size: 13 is not a multiple of per_device_train_batch_size × processes = 2 × 1 = 2"),
     ("generation-both", lambda t: ["--generation_batch_size", "32", "--steps_per_generation", "2"],
      "generation_batch_size, steps_per_generation: both set"),
     ("trl-post-init", lambda t: ["--auto_find_batch_size", "true"], "auto_find_batch_size is not supported by GRPO"),
