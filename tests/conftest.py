@@ -34,23 +34,29 @@ def smollm_tokenizer_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(smollm_tokenizer_dir, tmp_path_factory) -> Path:
-    """A tiny random Llama with the SmolLM2 tokenizer and chat template: fast enough for end-to-end runs."""
+def save_tiny_llama(tokenizer_dir: Path, out: Path, hidden_size: int = 32, intermediate_size: int = 64,
+                    heads: int = 4, kv_heads: int = 2) -> Path:
+    """A random 2-layer Llama with the SmolLM2 tokenizer and chat template, saved to `out`."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    tok = AutoTokenizer.from_pretrained(smollm_tokenizer_dir)
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=intermediate_size, num_hidden_layers=2,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
+        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
-    out = tmp_path_factory.mktemp("tiny_llama")
     LlamaForCausalLM(config).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smollm_tokenizer_dir, tmp_path_factory) -> Path:
+    """A tiny random Llama with the SmolLM2 tokenizer and chat template: fast enough for end-to-end runs."""
+    return save_tiny_llama(smollm_tokenizer_dir, tmp_path_factory.mktemp("tiny_llama"))
 
 
 @pytest.fixture

@@ -38,12 +38,12 @@ from safetensors.torch import load_file
 from trl.generation import vllm_generation as trl_vllm_generation
 from trl.trainer import grpo_trainer as trl_grpo_trainer
 
+from conftest import REPO, save_tiny_llama
 from grpo_recipes import checkpoint
 from grpo_recipes.errors import WeightSyncError
 from grpo_recipes.vllm_cpu_sync import CPUVLLMGeneration, cpu_weight_sync, generation_class
 from grpo_recipes.vllm_support import vllm_install_problems
 
-REPO = Path(__file__).resolve().parent.parent
 TRL_CLASS = trl_vllm_generation.VLLMGeneration
 
 # ------------------------------------------------------------------------------ which class, on which device
@@ -265,19 +265,8 @@ def _env(**extra: str) -> dict[str, str]:
 def vllm_tiny_model_dir(smollm_tokenizer_dir, tmp_path_factory) -> Path:
     """A tiny random Llama with the SmolLM2 tokenizer and a head size vLLM-CPU's attention supports (32; the suite's
     usual tiny model has 8, which vLLM-CPU rejects: 'Unsupported CPU attention configuration')."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tok = AutoTokenizer.from_pretrained(smollm_tokenizer_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-    )
-    out = tmp_path_factory.mktemp("vllm_tiny_llama")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_tiny_llama(smollm_tokenizer_dir, tmp_path_factory.mktemp("vllm_tiny_llama"), hidden_size=64,
+                           intermediate_size=128, heads=2, kv_heads=1)
 
 
 @pytest.fixture(scope="session")
