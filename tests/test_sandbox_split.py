@@ -2,7 +2,11 @@
 reading result records. These decide what a program can and cannot forge, so they are tested piece by piece."""
 
 import ast
+import gc
 import json
+import sys
+import threading
+import time
 
 import pytest
 
@@ -160,6 +164,48 @@ def test_humaneval_is_almost_all_judged_on_the_host():
     in_sandbox = sorted(r["task_id"] for r, p in zip(rows, plans) if p.mode == "sandbox")
     # 32 builds its inputs with a seeded random.Random; 38 and 50 compute expected values from program helpers
     assert in_sandbox == ["HumanEval/32", "HumanEval/38", "HumanEval/50"]
+
+
+class _Cycle:
+    """Cyclic garbage whose finalizer runs Python code: a collection inside a parse's allocations switches threads."""
+
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        sum(range(200))
+        time.sleep(0)
+
+
+def test_splitting_in_worker_threads_survives_thread_switches_mid_parse():
+    """run_many splits in worker threads. CPython 3.11 shares the AST constructor's depth counter between threads
+    (gh-106905): a CI run under load failed HumanEval's canonical solutions with "SystemError: AST constructor
+    recursion depth mismatch". Here the switches are forced; without the split lock this failed within a few runs."""
+    tests = [r["tests"][0] for r in load_humaneval()][:60]
+    errors = []
+
+    def work(k: int) -> None:
+        for n, test in enumerate(tests):
+            for _ in range(20):
+                _Cycle()
+            try:
+                split.split_test(f"{test}\n# {k} {n}")  # a new source each time: split_test is cached
+            except SystemError as exc:
+                errors.append(str(exc))
+
+    interval, thresholds = sys.getswitchinterval(), gc.get_threshold()
+    sys.setswitchinterval(1e-6)
+    gc.set_threshold(50, 1, 1)
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+        gc.set_threshold(*thresholds)
+    assert errors == []
 
 
 def test_the_training_tasks_are_all_judged_on_the_host():

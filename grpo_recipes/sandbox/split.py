@@ -29,6 +29,7 @@ import functools
 import math
 import operator
 import random
+import threading
 from dataclasses import dataclass
 
 from .inside import codec
@@ -38,6 +39,10 @@ MAX_UNROLL = 10_000  # statements visited while unrolling a test's loops
 MAX_ITERATIONS = 1_000_000  # host evaluation: comprehension items and range lengths
 MAX_BITS = 1 << 20  # host evaluation: size of ints from ** and <<
 MAX_LEN = 1 << 20  # host evaluation: size of sequences from * and of strings given to int()
+# CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread: a parse that a thread
+# switch interrupts (a finalizer runs Python code mid-parse) while another thread parses ends in "SystemError: AST
+# constructor recursion depth mismatch" (cpython gh-106905). run_many splits tests in worker threads: one at a time.
+_SPLIT_LOCK = threading.Lock()
 
 
 class Unsplittable(Exception):
@@ -692,9 +697,10 @@ def _inline_check(module: ast.Module) -> list[ast.stmt]:
 def split_test(source: str) -> Plan:
     """How `source` will be judged. Cached: a batch runs the same tests for every completion of a prompt."""
     try:
-        module = ast.parse(source)
-        splitter = _Splitter()
-        splitter.statements(_inline_check(module))
+        with _SPLIT_LOCK:  # the splitter parses again (_copy): the whole split, not just the first parse
+            module = ast.parse(source)
+            splitter = _Splitter()
+            splitter.statements(_inline_check(module))
     except SyntaxError:
         return Plan("sandbox", reason="the test does not parse on the host", source=source)
     except Unsplittable as exc:
