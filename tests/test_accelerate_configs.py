@@ -144,24 +144,6 @@ def test_launch_environments(monkeypatch):
     assert args.rdzv_endpoint == "10.1.2.3:29500"
 
 
-def test_the_cpu_config_gives_the_process_every_core_and_make_run_uses_it(monkeypatch, tmp_path):
-    """Without a config, `accelerate launch` on CPU exports OMP_NUM_THREADS=1: the default run measured 41-46 s a step
-    on one core of an idle 2-core machine. With cpu.yaml (use_cpu) it exports one thread per physical core."""
-    import accelerate.commands.launch as acc_launch
-    import psutil
-
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(acc_launch, "default_config_file", str(tmp_path / "none.yaml"))
-    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(["train.py"]))
-    assert prepare_simple_launcher_cmd_env(args)[1]["OMP_NUM_THREADS"] == "1"
-    _, _, env = _launch_env("cpu")
-    assert env["OMP_NUM_THREADS"] == str(max(psutil.cpu_count(logical=False), 1))
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own setting still wins
-    assert _launch_env("cpu")[2]["OMP_NUM_THREADS"] == "3"
-    run = re.search(r"^run:.*?(?=^\S)", (ROOT / "Makefile").read_text(), re.S | re.M).group(0)
-    assert "accelerate launch --config_file accelerate_configs/cpu.yaml" in run.replace("\\\n", " ")
-
-
 @pytest.mark.parametrize("name", ["multi_gpu", "zero2", "zero3", "fsdp2", "multi_node"])
 def test_with_a_config_file_accelerate_does_not_infer_the_process_count(name):
     # Verified behaviour (accelerate/commands/launch.py, _validate_launch_command): with a config file the count
