@@ -64,14 +64,14 @@ class Probe(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.record(state.global_step)
+        if self.kill_pgid and state.global_step == 1:
+            os.killpg(self.kill_pgid, signal.SIGKILL)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # The step's reward spread, logged after on_step_end: a step whose groups all scored alike cannot move.
         if self.records and logs and "reward_std" in logs:
             self.records[-1]["logs"] = {k: logs[k] for k in ("reward_std", "frac_reward_zero_std") if k in logs}
             self.out.write_text(json.dumps({"records": self.records}))
-        if self.kill_pgid and state.global_step == 1:
-            os.killpg(self.kill_pgid, signal.SIGKILL)
 
 
 def corrupt_second_sync(generation: CPUVLLMGeneration) -> None:
