@@ -319,13 +319,17 @@ def test_the_launcher_imports_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
-def test_reward_files_import_only_the_registry_and_leaves():
-    files = modules_of(REPO / "rewards", "rewards")
-    assert len(files) >= 4
+def drop_in_imports_outside(folder: str, allowed: list[str], at_least: int) -> list[str]:
+    """The grpo_recipes imports of the drop-in files in `folder` (rewards/, tools/) that `allowed` does not cover."""
+    files = modules_of(REPO / folder, folder)
+    assert len(files) >= at_least
     known = set(package_graph()[0])
-    bad = [f"{imp.source} imports {imp.target}" for m, path in files.items() for imp in imports_of(m, path, known)
-           if imp.target.startswith("grpo_recipes") and not matches(imp.target, REWARD_IMPORTS)]
-    assert bad == []
+    return [f"{imp.source} imports {imp.target}" for m, path in files.items() for imp in imports_of(m, path, known)
+            if imp.target.startswith("grpo_recipes") and not matches(imp.target, allowed)]
+
+
+def test_reward_files_import_only_the_registry_and_leaves():
+    assert drop_in_imports_outside("rewards", REWARD_IMPORTS, at_least=4) == []
 
 
 # What a tool file may import from grpo_recipes: tools.py (for @tool / @environment) and the leaves, as reward files.
@@ -333,12 +337,7 @@ TOOL_IMPORTS = ["grpo_recipes.tools", *REWARD_IMPORTS[1:]]
 
 
 def test_tool_files_import_only_the_tool_module_and_leaves():
-    files = modules_of(REPO / "tools", "tools")
-    assert len(files) >= 2
-    known = set(package_graph()[0])
-    bad = [f"{imp.source} imports {imp.target}" for m, path in files.items() for imp in imports_of(m, path, known)
-           if imp.target.startswith("grpo_recipes") and not matches(imp.target, TOOL_IMPORTS)]
-    assert bad == []
+    assert drop_in_imports_outside("tools", TOOL_IMPORTS, at_least=2) == []
 
 
 # Library internals the project leans on -> the one module allowed to touch them.
