@@ -61,7 +61,11 @@ class RecipeArguments:
     train_size: int = field(default=1000, metadata={"help": "At most this many training rows."})
     eval_size: int = field(default=100, metadata={"help": "Held-out rows, disjoint from training by question text."})
     split_seed: int = field(default=0, metadata={"help": "Seed for procedural generation and the train/eval split."})
-    system_prompt: str | None = field(default=None, metadata={"help": "Optional system message."})
+    system_prompt: str | None = field(
+        default=None,
+        metadata={"help": "System message. null: the chat template's own (SmolLM2's default names the model, 16 "
+                          "tokens); \"\" sends an empty one."},
+    )
     prompt_template: str = field(
         default="{question}", metadata={"help": "User message; `{column}` placeholders are filled from the row."}
     )

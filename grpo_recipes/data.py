@@ -146,7 +146,7 @@ def _user_turn(row: dict, args: RecipeArguments) -> str:
 
 
 def to_prompt(row: dict, args: RecipeArguments) -> list[dict]:
-    messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt else []
+    messages = [{"role": "system", "content": args.system_prompt}] if args.system_prompt is not None else []
     for ex in args.few_shot or ():
         messages += [{"role": "user", "content": _user_turn(ex, args)}, {"role": "assistant", "content": ex["completion"]}]
     return [*messages, {"role": "user", "content": _user_turn(row, args)}]

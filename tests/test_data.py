@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from transformers import AutoTokenizer
 
 from grpo_recipes.config import RecipeArguments
 from grpo_recipes.data import check_data_args, load_splits, question_key, split_rows
@@ -27,6 +28,17 @@ def test_reasoning_gym_splits_are_disjoint_and_chat_formatted():
     assert row["prompt"][0] == {"role": "system", "content": "Be brief."}
     assert row["prompt"][1]["role"] == "user" and row["prompt"][1]["content"].endswith("Answer in \\boxed{}.")
     assert json.loads(row["gym_entry"])["answer"] == row["answer"]
+
+
+def test_empty_system_prompt_replaces_the_templates_default_and_none_keeps_it(smollm_tokenizer_dir):
+    """SmolLM2's chat template inserts its own 16-token system message when the prompt has none; "" must send an
+    empty one instead (the math default's shorter prompt), and null must leave the template's default in place."""
+    tok = AutoTokenizer.from_pretrained(smollm_tokenizer_dir)
+    empty, default = (load_splits(args(system_prompt=s))[0][0]["prompt"] for s in ("", None))
+    assert empty[0] == {"role": "system", "content": ""} and default[0]["role"] == "user"
+    text = {k: tok.apply_chat_template(p, tokenize=False) for k, p in (("empty", empty), ("default", default))}
+    assert "named SmolLM" in text["default"] and "named SmolLM" not in text["empty"]
+    assert text["empty"].startswith("<|im_start|>system\n<|im_end|>")
 
 
 def test_split_is_deterministic_per_seed():
