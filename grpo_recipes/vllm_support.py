@@ -34,6 +34,9 @@ CPU_BUILD_LABEL = "+cpu"
 # SmolLM2-135M tokens); VLLM_USE_AOT_COMPILE=0 because vLLM 0.31's AOT compile cache cannot reload a model compiled
 # for CPU and would recompile on every start, while inductor's own cache (TORCHINDUCTOR_CACHE_DIR) is reused.
 CPU_ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_AOT_COMPILE": "0"}
+# What a vLLM server on CPU must be started with, so that the trainer's weight sync can re-pack a tied output head
+# (grpo_recipes/vllm_cpu_worker.py says why).
+WORKER_EXTENSION_ARGS = ("--worker-extension-cls", "grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension")
 # On CPU the trainer hands the weights to the server through a folder on this machine (vllm_cpu_sync.py).
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0", "", "::", "[::]")
 
@@ -187,7 +190,8 @@ def check_vllm(
             if on_cpu:
                 env = " ".join(f"{k}={v}" for k, v in CPU_ENGINE_ENV.items())
                 start = (f"Start one on this machine with the same model (a local folder), e.g. `{env} trl vllm-serve "
-                         f"--model {model or '<model folder>'} --host {serve_host} --port {serve_port}`, or let "
+                         f"--model {model or '<model folder>'} --host {serve_host} --port {serve_port} "
+                         f"{' '.join(WORKER_EXTENSION_ARGS)}`, or let "
                          "`grpo-recipes launch --accelerate-config accelerate_configs/cpu.yaml --vllm-mode server` "
                          "start the server and the trainer together (docs/scaling.md).")
             else:

@@ -143,7 +143,8 @@ def test_cpu_vllm_colocate_layout():
 def test_cpu_vllm_server_layout_serves_the_local_folder_on_loopback():
     plan = plan_layout(RECIPE, accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server", port=8123,
                        recipe_args=["--config", "recipes/configs/math_cpu.yaml"])
-    assert plan.server.argv == ["trl", "vllm-serve", "--model", SMOLLM, "--host", "127.0.0.1", "--port", "8123"]
+    assert plan.server.argv == ["trl", "vllm-serve", "--model", SMOLLM, "--host", "127.0.0.1", "--port", "8123",
+                                "--worker-extension-cls", "grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension"]
     assert plan.server.env == CPU_VLLM_ENV  # no CUDA_VISIBLE_DEVICES: no GPU is involved
     assert plan.trainer.env == {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     assert plan.trainer.argv[-8:] == ["--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_host",
@@ -284,7 +285,8 @@ def test_cpu_server_command_parses_with_trl_vllm_serve():
                        max_model_len=1024).server.argv
     script_args, passthrough = make_parser(prog="trl vllm-serve").parse_args_and_config(
         args=argv[2:], return_remaining_strings=True)
-    assert passthrough == []
+    # Forwarded to `vllm serve` as-is: the worker extension the CPU weight sync calls (vllm_cpu_worker.py).
+    assert passthrough == ["--worker-extension-cls", "grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension"]
     assert (script_args.model, script_args.tensor_parallel_size, script_args.host, script_args.port,
             script_args.max_model_len) == ("/m", 1, "127.0.0.1", 8000, 1024)
 
@@ -604,7 +606,8 @@ def test_check_vllm_unreachable_server(vllm_build):
     on_cpu = check_vllm(True, "server", "127.0.0.1", port, 0.2, model="/m", cuda_available=False)
     assert len(on_cpu) == 1 and "CUDA_VISIBLE_DEVICES" not in on_cpu[0]
     assert f"VLLM_CPU_KVCACHE_SPACE=1 VLLM_USE_AOT_COMPILE=0 trl vllm-serve --model /m --host 127.0.0.1 " \
-           f"--port {port}" in on_cpu[0] and "--accelerate-config accelerate_configs/cpu.yaml" in on_cpu[0]
+           f"--port {port} --worker-extension-cls grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension" in on_cpu[0]
+    assert "--accelerate-config accelerate_configs/cpu.yaml" in on_cpu[0]
 
 
 def test_check_vllm_reachable_server_and_base_url(vllm_build):

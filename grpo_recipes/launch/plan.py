@@ -17,7 +17,7 @@ from typing import Any
 from ..batching import batch_problems
 from ..config_files import read_yaml, split_config_arg
 from ..errors import ConfigError, LaunchError
-from ..vllm_support import CPU_ENGINE_ENV, health_url
+from ..vllm_support import CPU_ENGINE_ENV, WORKER_EXTENSION_ARGS, health_url
 from .layout import OFF, LaunchPlan, Layout, Proc
 
 # `trl vllm-serve`'s own default: a server owns its GPUs, so it may take most of their memory for the KV cache.
@@ -148,7 +148,8 @@ def _plan_cpu_vllm(layout: Layout, cfg: _Configs, processes: int) -> LaunchPlan:
         raise LaunchError("the vLLM server needs a model: pass --model, or set model_name_or_path in the "
                           "recipe config (--config after the recipe path)")
     bind = layout.bind_host or layout.host
-    argv = ["trl", "vllm-serve", "--model", str(cfg.model), "--host", bind, "--port", str(layout.port)]
+    argv = ["trl", "vllm-serve", "--model", str(cfg.model), "--host", bind, "--port", str(layout.port),
+            *WORKER_EXTENSION_ARGS]
     if cfg.max_model_len:
         argv += ["--max-model-len", str(int(cfg.max_model_len))]
     server = Proc("vllm-server", argv, {**CPU_ENGINE_ENV, **CPU_THREADS})
