@@ -369,10 +369,10 @@ def _healthy(port: int) -> bool:
 class Server:
     """`trl vllm-serve` on 127.0.0.1 in its own session (API server, engine core and worker: one process group)."""
 
-    def __init__(self, model: Path, log: Path):
+    def __init__(self, model: Path, log: Path, extension: bool = True):
         self.port, self.log = _free_port(), log
         argv = [str(Path(sys.executable).parent / "trl"), "vllm-serve", "--model", str(model), "--host", "127.0.0.1",
-                "--port", str(self.port), *WORKER_EXTENSION_ARGS]
+                "--port", str(self.port), *(WORKER_EXTENSION_ARGS if extension else ())]
         with open(log, "w") as f:
             self.proc = subprocess.Popen(argv, env=_env(), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -516,6 +516,22 @@ def test_server_dying_mid_run_stops_the_run(recipe_config, servers, tmp_path):
     finally:
         servers.discard()
     assert_stopped_before_step_2(proc, records, tmp_path, "the vLLM server is not reachable")
+
+
+@pytest.mark.vllm
+def test_server_without_the_worker_extension_is_refused_at_start_up(recipe_config, vllm_tiny_model_dir, tmp_path):
+    """A `trl vllm-serve` started by hand without `--worker-extension-cls`: the trainer stops before any step and
+    names the flag, instead of training against a tied head that never updates."""
+    _vllm_ready()
+    server = Server(vllm_tiny_model_dir, tmp_path / "server.log", extension=False)
+    try:
+        proc, records = run_probe(recipe_config, "server", tmp_path, port=server.port)
+    finally:
+        server.stop()
+    assert proc.returncode != 0 and records == []
+    assert "WeightSyncError" in proc.stderr and "--worker-extension-cls grpo_recipes.vllm_cpu_worker." \
+           "CPUSyncWorkerExtension" in proc.stderr and "untrained head" in proc.stderr, proc.stderr[-4000:]
+    assert not list((tmp_path / "run").glob("checkpoint-*"))
 
 
 @pytest.mark.vllm
