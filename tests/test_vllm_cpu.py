@@ -176,7 +176,8 @@ def test_server_sync_writes_the_weights_then_reloads_repacks_and_resets(tmp_path
         generation = server_mode_generation(url, tmp_path / "sync", weights)
         generation.sync_weights()
     assert [(e["path"], e["body"].get("method")) for e in seen] == [
-        ("/collective_rpc", "reload_weights"), ("/collective_rpc", "repack_tied_lm_head"), ("/reset_prefix_cache", None)]
+        ("/collective_rpc", "reload_weights"), ("/collective_rpc", "repack_tied_lm_head"),
+        ("/reset_prefix_cache", None)]
     rpc = seen[0]
     assert rpc["body"]["method"] == "reload_weights" and rpc["body"]["kwargs"] == {"weights_path": str(tmp_path / "sync")}
     assert rpc["files"] == ["model.safetensors"]  # whole file in place, no temp file left beside it
