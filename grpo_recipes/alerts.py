@@ -167,10 +167,14 @@ class NoLearningSignal(Detector):
              "model. Change the data difficulty, raise num_generations, or add a denser reward."
 
     def observe(self, metrics):
-        z = _value(metrics, "frac_reward_zero_std")
+        # diag/frac_equal_groups (diagnostics on) counts groups of equal rewards exactly; TRL's frac_reward_zero_std
+        # misses those whose rewards float32 cannot average exactly (diagnostics.equal_reward_groups), such as
+        # the math default's all-wrong, all-boxed groups (8 x 0.2).
+        key = "diag/frac_equal_groups" if "diag/frac_equal_groups" in metrics else "frac_reward_zero_std"
+        z = _value(metrics, key)
         if z is None:
             return MISSING
-        return f"frac_reward_zero_std {z:.2f} >= {self.cfg.zero_std_frac}" if z >= self.cfg.zero_std_frac else None
+        return f"{key} {z:.2f} >= {self.cfg.zero_std_frac}" if z >= self.cfg.zero_std_frac else None
 
 
 class FormatHacking(Detector):

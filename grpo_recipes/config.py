@@ -113,6 +113,15 @@ class RecipeArguments:
                           "comparisons; held-out evaluation and checkpointing are not charged); the final save "
                           "and evaluation still run."},
     )
+    skip_zero_advantage_batches: bool = field(
+        default=False,
+        metadata={"help": "Skip the forward and backward of a training micro-batch whose rows all come from groups "
+                          "whose completions scored alike: their advantage is zero (up to TRL's float rounding), so "
+                          "with beta 0 they carry no gradient. Pair it with per_device_train_batch_size 1 so each "
+                          "such row skips on its own. Needs beta 0, no entropy bonus and multi_objective_aggregation "
+                          "sum_then_normalize (checked at start-up). One process only: a multi-process run turns it "
+                          "off and says so at start-up."},
+    )
     peft_learning_rate: float | None = field(
         default=1.0e-4,
         metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "
@@ -198,7 +207,9 @@ class RecipeArguments:
         default=3.0, metadata={"help": "Alerts: entropy blow-up when entropy exceeds this multiple of max(baseline, 0.5)."}
     )
     alert_zero_std_frac: float = field(
-        default=0.9, metadata={"help": "Alerts: no learning signal when frac_reward_zero_std stays at or above this."}
+        default=0.9, metadata={"help": "Alerts: no learning signal when the share of groups with equal rewards "
+                                        "(diag/frac_equal_groups; TRL's frac_reward_zero_std without diagnostics) "
+                                        "stays at or above this."}
     )
     alert_format_saturation: float = field(
         default=0.9, metadata={"help": "Alerts: a format reward mean at or above this counts as saturated."}

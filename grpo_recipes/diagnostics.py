@@ -124,6 +124,18 @@ def total_reward(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch
     return total
 
 
+def equal_reward_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int) -> torch.Tensor:
+    """One flag per group: its scored completions all got the same total reward (rows no reward scored are left out,
+    as TRL leaves them out of the group mean and gives them advantage 0). Their advantages are zero in exact
+    arithmetic, whatever TRL's float32 mean makes of them: eight rewards of 0.2 leave a residue of 1.5e-8 in the
+    mean, a std TRL's `frac_reward_zero_std` (isclose, atol 1e-8) counts as a spread."""
+    total = total_reward(rewards_per_func, weights).view(-1, group_size)
+    scored = ~torch.isnan(total)
+    hi = torch.where(scored, total, -math.inf).max(dim=1).values
+    lo = torch.where(scored, total, math.inf).min(dim=1).values
+    return ((hi == lo) | ~scored.any(dim=1)).to(rewards_per_func.device)
+
+
 def batch_diagnostics(
     rewards_per_func: torch.Tensor,
     weights: torch.Tensor,
@@ -144,6 +156,7 @@ def batch_diagnostics(
     finite = total[torch.isfinite(total)]
     max_abs = float(finite.abs().max()) if finite.numel() else 0.0
     out = advantage_stats(advantages, zero_tolerance(max_abs, spec.normalised))
+    out["diag/frac_equal_groups"] = equal_reward_groups(rewards_per_func, weights, group_size).double().mean().item()
     out.update(solve_buckets(correctness, group_size, spec.threshold))
     out.update(group_pass_at(correctness, group_size, spec.threshold, min(spec.k, group_size)))
     out.update(none_rates(rewards_per_func, spec.reward_names))

@@ -72,6 +72,7 @@ class Stage:
             train_dataset=run.train,
             peft_config=get_peft_config(run.model_args),
             diagnostics=diagnostics_spec(run.recipe, run.training, run.funcs),
+            skip_zero_advantage=run.recipe.skip_zero_advantage_batches,
             **tool_kwargs(run.recipe, model_path),
         )
 

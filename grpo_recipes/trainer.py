@@ -24,23 +24,40 @@ With tools (recipe `tools:` / `environment:`), two more hooks:
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from transformers import Trainer
 from trl import GRPOTrainer
 
-from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index
+from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index, equal_reward_groups
 from .episodes import tool_metrics, transcript
 from .tool_templates import INVALID_CALL
 from .tools import invalid_call_handler
 from .vllm_cpu_sync import cpu_weight_sync
 
+logger = logging.getLogger("grpo_recipes")
+EQUAL_GROUP = "equal_reward_group"  # the batch key that marks rows to skip (skip_zero_advantage_batches)
+
 
 class RecipeTrainer(GRPOTrainer):
-    def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, **kwargs):
+    def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, skip_zero_advantage: bool = False,
+                 **kwargs):
         with cpu_weight_sync():  # vLLM on a CPU trainer gets a weight sync that works there; GPUs keep TRL's
             super().__init__(*args, **kwargs)
         self.diagnostics = diagnostics
         self._captured: tuple[torch.Tensor, torch.Tensor] | None = None
+        # checks.skip_problems refused the config's conflicts at start-up; a router loss needs the loaded model.
+        if skip_zero_advantage and self.aux_loss_enabled:
+            raise ValueError("skip_zero_advantage_batches: this Mixture-of-Experts model adds a router loss that "
+                             "rows without advantage still train; set skip_zero_advantage_batches false")
+        if skip_zero_advantage and self.accelerator.num_processes > 1:
+            # DDP broadcasts buffers in every forward and all-reduces in the last backward, FSDP and DeepSpeed
+            # gather in every forward: a process that skipped alone would leave the others waiting.
+            logger.warning("skip_zero_advantage_batches: off in this run of %d processes (it is for one process; "
+                           "each would have to skip the same micro-batches)", self.accelerator.num_processes)
+            skip_zero_advantage = False
+        self.skip_zero_advantage = skip_zero_advantage
 
     @property
     def _uses_tools(self) -> bool:
@@ -64,14 +81,14 @@ class RecipeTrainer(GRPOTrainer):
             for name, value in tool_metrics(completions, [x.get("answer") for x in inputs]).items():
                 self._metrics[mode][name].append(value)
             self._log_completion_extra("episode", [transcript(c) for c in completions])
-        if self.diagnostics is not None:
+        if self.diagnostics is not None or self.skip_zero_advantage:
             lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=self.accelerator.device)
             self._captured = (rewards_per_func.detach(), self.accelerator.gather(lengths))
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        if self.diagnostics is None:
+        if self.diagnostics is None and not self.skip_zero_advantage:
             return output
         if self._captured is None:  # TRL changed its call graph: fail loudly rather than log nothing
             raise RuntimeError("RecipeTrainer: _calculate_rewards was not called while scoring completions")
@@ -79,11 +96,33 @@ class RecipeTrainer(GRPOTrainer):
         self._captured = None
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
-        advantages = self.accelerator.gather(output["advantages"].detach())
-        metrics = batch_diagnostics(rewards_per_func, self.reward_weights, advantages, lengths, group, self.diagnostics)
-        for name, value in metrics.items():
-            self._metrics[mode][name].append(value)
+        if self.skip_zero_advantage and mode == "train":
+            # One process (__init__), so the gathered rows are this process's rows. A key of the batch:
+            # TRL shuffles and splits it into micro-batches with the advantages.
+            equal = equal_reward_groups(rewards_per_func, self.reward_weights, group)
+            output[EQUAL_GROUP] = equal.repeat_interleave(group)
+        if self.diagnostics is not None:
+            advantages = self.accelerator.gather(output["advantages"].detach())
+            metrics = batch_diagnostics(rewards_per_func, self.reward_weights, advantages, lengths, group,
+                                        self.diagnostics)
+            for name, value in metrics.items():
+                self._metrics[mode][name].append(value)
         return output
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # A row whose group scored alike has advantage 0 in exact arithmetic; TRL's float32 group mean leaves a
+        # rounding residue (a few ulps / 1e-4, one sign for the whole group) that is noise, not signal. With beta 0
+        # and no entropy bonus (checked at start-up) every loss type is advantage x (a function of the
+        # log-probabilities), so such a micro-batch's gradient is zero, or that residue's: its forward and backward
+        # (three quarters of a CPU step) are skipped. `per_device_train_batch_size: 1` lets each row skip on its own.
+        if self.skip_zero_advantage and self.model.training:
+            skip = bool(inputs[EQUAL_GROUP].all())
+            self._metrics["train"]["frac_rows_skipped"].append(float(skip))  # micro-batches are equal-sized
+            if skip:
+                # Zero gradients, not none: AdamW passes over a parameter without a gradient, where the full batch
+                # would have moved it by its momentum. One pass over the weights, against a forward and backward.
+                return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL logs the completions table (and prints it) at every log call. Trainer.train's closing summary

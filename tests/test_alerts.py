@@ -103,6 +103,14 @@ def test_no_learning_signal_needs_consecutive_steps():
     assert run(NoLearningSignal(CFG), [{"frac_reward_zero_std": v} for v in [1.0, 0.5] * 20]) == []
 
 
+def test_no_learning_signal_counts_equal_groups_exactly_when_diagnostics_log_them():
+    # The math default's all-wrong, all-boxed groups (8 x 0.2): TRL's isclose sees a std of 1.5e-8 and counts none.
+    stream = [{"frac_reward_zero_std": 0.0, "diag/frac_equal_groups": 1.0}] * 5
+    assert run(NoLearningSignal(CFG), stream) == [(5, "no_learning_signal")]
+    stream = [{"frac_reward_zero_std": 1.0, "diag/frac_equal_groups": 0.5}] * 5
+    assert run(NoLearningSignal(CFG), stream) == []
+
+
 def test_missing_metrics_neither_extend_nor_end_an_episode():
     stream = [{"frac_reward_zero_std": 1.0}] * 3 + [{"eval_pass@1": 0.1}] * 4 + [{"frac_reward_zero_std": 1.0}] * 2
     assert run(NoLearningSignal(CFG), stream) == [(9, "no_learning_signal")]
@@ -212,6 +220,7 @@ def test_run_configured_to_hack_raises_the_format_hacking_alert(tiny_model_dir, 
     assert len(train) == 2
     for m in train:  # binary rewards: a zero advantage is exactly a member of a zero-spread group, as TRL counts them
         assert m["train/diag/adv_zero_frac"] == pytest.approx(m["train/frac_reward_zero_std"])
+        assert m["train/diag/frac_equal_groups"] == pytest.approx(m["train/frac_reward_zero_std"])
         assert (m["train/diag/adv_abs_mean"] > 0) == (m["train/frac_reward_zero_std"] < 1)
     assert titles.count(FormatHacking.title) == 1, titles  # once per episode, though both steps qualify
     assert "ALERT Format reward saturated, correctness flat" in proc.stderr

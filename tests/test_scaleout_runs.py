@@ -22,6 +22,9 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     steps = [r["train/global_step"] for r in records if "train/loss" in r]
     assert steps == [1, 2]  # one writer: each step logged once, not once per process
     assert (out / "model.safetensors").is_file()
+    # The default config's skip_zero_advantage_batches is for one process: off here, and said so.
+    assert "skip_zero_advantage_batches: off in this run of 2 processes" in proc.stderr
+    assert not any("train/frac_rows_skipped" in r for r in records)
 
 
 def test_lora_run_saves_an_adapter_that_loads_and_merges(tiny_model_dir, run_env):
