@@ -145,27 +145,7 @@ def static_checks(recipe, training, model_args=None, training_output: bool = Tru
         errors += checkpoint.output_dir_problems(recipe, training)
     if _is_grpo(training):
         errors += vllm_problems(training, model_args)
-        errors += skip_problems(recipe, training)
     return errors, warnings
-
-
-def skip_problems(recipe, grpo) -> list[str]:
-    """skip_zero_advantage_batches is exact only when a group that scored alike has a zero gradient (the trainer
-    turns it off, with a warning, in a multi-process run)."""
-    if not getattr(recipe, "skip_zero_advantage_batches", False):
-        return []
-    problems = []
-    if grpo.beta != 0:
-        problems.append(f"skip_zero_advantage_batches: beta {grpo.beta:g} gives rows without advantage a KL "
-                        "gradient; set beta 0, or skip_zero_advantage_batches false")
-    if grpo.entropy_coef != 0 or grpo.use_adaptive_entropy:
-        problems.append("skip_zero_advantage_batches: the entropy bonus (entropy_coef, use_adaptive_entropy) trains "
-                        "rows without advantage; set entropy_coef 0, or skip_zero_advantage_batches false")
-    if grpo.multi_objective_aggregation != "sum_then_normalize":
-        problems.append(f"skip_zero_advantage_batches: multi_objective_aggregation {grpo.multi_objective_aggregation} "
-                        "normalises over the batch, so a group that scored alike still has advantages; set "
-                        "multi_objective_aggregation sum_then_normalize, or skip_zero_advantage_batches false")
-    return problems
 
 
 def tool_problems(recipe, training) -> list[str]:

@@ -118,9 +118,9 @@ class RecipeArguments:
         metadata={"help": "Skip the forward and backward of a training micro-batch whose rows all come from groups "
                           "whose completions scored alike: their advantage is zero (up to TRL's float rounding), so "
                           "with beta 0 they carry no gradient. Pair it with per_device_train_batch_size 1 so each "
-                          "such row skips on its own. Needs beta 0, no entropy bonus and multi_objective_aggregation "
-                          "sum_then_normalize (checked at start-up). One process only: a multi-process run turns it "
-                          "off and says so at start-up."},
+                          "such row skips on its own. Exact only with beta 0, no entropy bonus, "
+                          "multi_objective_aggregation sum_then_normalize, no MoE router loss, and one process: "
+                          "otherwise it is off, and the start-up log says why."},
     )
     peft_learning_rate: float | None = field(
         default=1.0e-4,

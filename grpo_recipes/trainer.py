@@ -40,6 +40,25 @@ logger = logging.getLogger("grpo_recipes")
 EQUAL_GROUP = "equal_reward_group"  # the batch key that marks rows to skip (skip_zero_advantage_batches)
 
 
+def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
+    """Why skipping the rows of equal-reward groups would not be exact in this run (none: it is)."""
+    reasons = []
+    if args.beta != 0:
+        reasons.append(f"beta {args.beta:g} gives every row a KL gradient")
+    if args.entropy_coef != 0 or args.use_adaptive_entropy:
+        reasons.append("the entropy bonus (entropy_coef, use_adaptive_entropy) trains every row")
+    if args.multi_objective_aggregation != "sum_then_normalize":
+        reasons.append(f"multi_objective_aggregation {args.multi_objective_aggregation} normalises over the batch, "
+                       "so a group that scored alike still has advantages")
+    if router_loss:
+        reasons.append("the Mixture-of-Experts router loss trains every row")
+    if processes > 1:
+        # DDP broadcasts buffers in every forward and all-reduces in the last backward; FSDP and DeepSpeed gather in
+        # every forward: a process that skipped alone would leave the others waiting.
+        reasons.append(f"{processes} processes would each have to skip the same micro-batches")
+    return reasons
+
+
 class RecipeTrainer(GRPOTrainer):
     def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, skip_zero_advantage: bool = False,
                  **kwargs):
@@ -47,15 +66,9 @@ class RecipeTrainer(GRPOTrainer):
             super().__init__(*args, **kwargs)
         self.diagnostics = diagnostics
         self._captured: tuple[torch.Tensor, torch.Tensor] | None = None
-        # checks.skip_problems refused the config's conflicts at start-up; a router loss needs the loaded model.
-        if skip_zero_advantage and self.aux_loss_enabled:
-            raise ValueError("skip_zero_advantage_batches: this Mixture-of-Experts model adds a router loss that "
-                             "rows without advantage still train; set skip_zero_advantage_batches false")
-        if skip_zero_advantage and self.accelerator.num_processes > 1:
-            # DDP broadcasts buffers in every forward and all-reduces in the last backward, FSDP and DeepSpeed
-            # gather in every forward: a process that skipped alone would leave the others waiting.
-            logger.warning("skip_zero_advantage_batches: off in this run of %d processes (it is for one process; "
-                           "each would have to skip the same micro-batches)", self.accelerator.num_processes)
+        blockers = skip_blockers(self.args, self.accelerator.num_processes, self.aux_loss_enabled)
+        if skip_zero_advantage and blockers:
+            logger.warning("skip_zero_advantage_batches: off in this run: %s", "; ".join(blockers))
             skip_zero_advantage = False
         self.skip_zero_advantage = skip_zero_advantage
 
@@ -97,7 +110,7 @@ class RecipeTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         group = self.num_generations if mode == "train" else self.num_generations_eval
         if self.skip_zero_advantage and mode == "train":
-            # One process (__init__), so the gathered rows are this process's rows. A key of the batch:
+            # One process (skip_blockers), so the gathered rows are this process's rows. A key of the batch:
             # TRL shuffles and splits it into micro-batches with the advantages.
             equal = equal_reward_groups(rewards_per_func, self.reward_weights, group)
             output[EQUAL_GROUP] = equal.repeat_interleave(group)

@@ -159,6 +159,8 @@ def test_without_a_config_file_accelerate_infers_the_count_from_the_gpus(monkeyp
 
     monkeypatch.setattr(acc_launch, "default_config_file", str(tmp_path / "none.yaml"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    if hasattr(acc_launch, "get_torch_accelerator_backend"):  # accelerate >= 1.16 asks torch which accelerator it has
+        monkeypatch.setattr(acc_launch, "get_torch_accelerator_backend", lambda *a, **k: ("cuda", torch.cuda))
     args = launch_command_parser().parse_args(["train.py"])
     args, defaults, _ = _validate_launch_command(args)
     assert defaults is None and args.num_processes == 4

@@ -85,10 +85,10 @@ BAD_CONFIGS = [
     ("cli-missing-value", lambda t: ["--max_steps"], "max_steps: --max_steps needs one value, got no value"),
     ("yaml-int-field-float", lambda t: _yaml(t, "max_steps: 2.5"), "max_steps: 2.5 is not an integer"),
     ("batch-vs-generations", lambda t: ["--num_generations", "3"],
-     "num_generations: the generation batch (per_device_train_batch_size 2 × 1 process ×"
-     " gradient_accumulation_steps 8 = 16) is not a multiple of num_generations 3"),
+     "num_generations: the generation batch (per_device_train_batch_size 1 × 1 process ×"
+     " gradient_accumulation_steps 16 = 16) is not a multiple of num_generations 3"),
     ("one-generation", lambda t: ["--num_generations", "1"], "num_generations: 1; GRPO needs at least 2"),
-    ("generation-batch", lambda t: ["--generation_batch_size", "13"],
+    ("generation-batch", lambda t: ["--generation_batch_size", "13", "--per_device_train_batch_size", "2"],
      "generation_batch_size: 13 is not a multiple of per_device_train_batch_size × processes = 2 × 1 = 2"),
     ("generation-both", lambda t: ["--generation_batch_size", "32", "--steps_per_generation", "2"],
      "generation_batch_size, steps_per_generation: both set"),
