@@ -4,9 +4,10 @@
 
 Per run: greedy accuracy at the first and last evaluation, the paired gain with its standard error, questions fixed
 and broken, accuracy on negative and non-negative golds; then the same gain under a check stricter than the reward,
-"working": the answer is right AND the completion's last `= X` before the box says the same number (a completion
-with no `=` passes). `(-7) + (-8) = 15. \\boxed{-15}` is right for the reward and wrong here. Then each pair of runs'
-difference at the end, paired (same questions).
+"working": the answer is right AND the working's last `= X` before it says the same number (a completion with no `=`
+passes; rewards/math.py's check_working). `(-7) + (-8) = 15. \\boxed{-15}` is right by the strict check and wrong
+here. Both checks rescore each completion with math_correctness (answer_form literal), so runs whose own reward read
+the working are compared on the same footing. Then each pair of runs' difference at the end, paired (same questions).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import argparse
 import itertools
 import json
 import math
-import re
 from pathlib import Path
 
-LAST_EQUALS = re.compile(r"=\s*\(?\s*(-?)\s*(\d+)")
+from grpo_recipes.registry import available
+
+_MATH = available()["math_correctness"].func
 
 
 def load(path: str) -> dict[str, dict]:
@@ -27,21 +29,24 @@ def load(path: str) -> dict[str, dict]:
     return {row["question"]: row for row in map(json.loads, p.read_text().splitlines())}
 
 
+def _verdict(row: dict, when: str, check_working: bool) -> float:
+    [score] = _MATH([row[when]["completion"]], [str(row["answer"])], lambda *a: None, answer_form="literal",
+                    check_working=check_working)
+    return float(score or 0.0)
+
+
+def correct(row: dict, when: str) -> float:
+    return _verdict(row, when, check_working=False)
+
+
 def working_right(row: dict, when: str) -> float:
-    if not row[when]["correct"]:
-        return 0.0
-    said = LAST_EQUALS.findall(row[when]["completion"].split("\\boxed")[0])
-    return float(not said or int("".join(said[-1])) == int(str(row["answer"])))
+    return _verdict(row, when, check_working=True)
 
 
 def paired(diffs: list[float]) -> tuple[float, float]:
     n = len(diffs)
     mean = sum(diffs) / n
     return mean, math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n)
-
-
-def correct(row: dict, when: str) -> float:
-    return float(row[when]["correct"])
 
 
 def summary(name: str, rows: dict[str, dict]) -> str:

@@ -126,6 +126,45 @@ def anchored_answer(region: str) -> str | None:
     return answer or None
 
 
+_BOX_START = re.compile(r"\\(?:boxed|fbox)\s*\{")
+EQUALS = re.compile(r"(?<![<>!:\\])=(?!=)")  # an equals sign, not <=, >=, !=, ==, := or \=
+_LEADING_NUMBER = re.compile(r"\(?\s*([-+]?)\s*(\d+(?:\.\d+)?)")
+_CLAUSE_END = re.compile(r"[.,;](?:\s|$)|\n")  # "1,000" and "7.5" go on; "7, so" and "7. So" end
+
+
+def working_result(region: str) -> Literal | None:
+    """The number the working ends with: what follows the last `=` before the final answer (the last box, else the
+    last "answer is"), up to the end of its clause. `-7 - 8 = 15. \\boxed{-15}` -> 15. None when the working has no
+    `=`, or its last one is not followed by a number literal (`= x + 3`, `= \\boxed{5}`)."""
+    end = None
+    for end in _BOX_START.finditer(region):
+        pass
+    if end is None:
+        for end in _ANCHOR.finditer(region):
+            pass
+    working = region[: end.start()] if end is not None else region
+    last = None
+    for last in EQUALS.finditer(working):
+        pass
+    if last is None:
+        return None
+    rest = working[last.end() :]
+    cut = _CLAUSE_END.search(rest)
+    stated = (rest[: cut.start()] if cut else rest).strip().removesuffix("\\)").removesuffix("\\]").strip("$ ")
+    literal = parse_literal(stated) if stated else None
+    if literal is None and (lead := _LEADING_NUMBER.match(normalize_text(stated))):
+        # A number with junk after it (`= 5ne`, `= 11 1`) still states 5 and 11: the check must not be dodged by noise.
+        literal = parse_literal(lead.group(1).replace(" ", "") + lead.group(2))
+    return literal
+
+
+def working_disagrees(text: str, gold: str) -> bool:
+    """The completion's working ends with a number other than the gold (`-7 - 8 = 15. \\boxed{-15}` for -15)."""
+    stated = working_result(answer_region(text) or "")
+    gold_literal = parse_literal(gold, lowest_terms=False)
+    return stated is not None and gold_literal is not None and not literal_equal(stated, gold_literal)
+
+
 def last_line(region: str) -> str | None:
     lines = [line.strip() for line in region.splitlines() if line.strip()]
     return lines[-1] if lines else None

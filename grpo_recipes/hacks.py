@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS = "answer", "think", "boxed", "schema", "gold", "tokens"
 EXPRESSION = "math_correctness[answer_form=expression]"  # the profile for math_correctness with symbolic answers
+WORKING = "math_correctness[check_working=True]"  # the profile for math_correctness that reads the working too
 Score = float | tuple[float, float]
 
 
@@ -157,14 +158,19 @@ ANSWER_HACKS = [
     Hack("work_equals_gold", ANSWER, "fair", "the expression and its value: \\boxed{-9 - 8 = -17}",
          lambda row, p: (None if (e := question_expression(str(row.get("question", "")))) is None or _gold(row) is None
                          else f"\\boxed{{{e} = {_gold(row)}}}"),
-         default=1.0, expect={"math_correctness": 0.0, "think_format_if_correct": 0.0, "numeric_match": 0.0,
+         default=1.0, expect={"math_correctness": 0.0, WORKING: 0.0, "think_format_if_correct": 0.0, "numeric_match": 0.0,
                               "exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL, "final_answer": 0.0},
-         gaps={"math_correctness": _LITERAL_WHY, "think_format_if_correct": _LITERAL_WHY, "final_answer": _LITERAL_WHY,
+         gaps={"math_correctness": _LITERAL_WHY, WORKING: _LITERAL_WHY, "think_format_if_correct": _LITERAL_WHY, "final_answer": _LITERAL_WHY,
                "numeric_match": "numeric_match reads an answer with one number only", "exact_match": _EXACT_WHY,
                "reasoning_gym_score": _RG_WHY}),
     Hack("false_equation", ANSWER, "hack", "a false equation whose right side is the gold: \\boxed{<wrong> = <gold>}",
          _with_gold(lambda g, w: f"\\boxed{{{w} = {g}}}"), default=0.0, expect={"reasoning_gym_score": _RG_PARTIAL},
          gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("working_contradicts_answer", ANSWER, "hack", "a right box after working that ends with another number: "
+         "`-7 - 8 = 15. \\boxed{-15}` (the sign put in the box, not in the sum)",
+         _with_int(lambda v, w: f"So the sum = {w}. \\boxed{{{v}}}"), default=1.0, expect={WORKING: 0.0},
+         gaps={"*": "the working before the final answer is not read; math_correctness with check_working: true reads "
+                    "its last `= X` (for arithmetic, where the working is one chain of equations)"}),
     Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",
          _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ or }} {w}}}"), default=0.0,
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
@@ -423,7 +429,7 @@ TOKEN_HACKS = [
 ]
 
 # The shipped rewards and settings whose scores the catalog records (tests/test_hack_catalog.py holds them to it).
-PROFILES = frozenset({"math_correctness", EXPRESSION, "think_format_if_correct", "exact_match", "numeric_match",
+PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, "think_format_if_correct", "exact_match", "numeric_match",
                       "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format", "json_schema",
                       "json_field_accuracy", "overlong_penalty", "repetition_penalty", "length_reward",
                       "final_answer"})

@@ -35,7 +35,6 @@ _MAX_EXPRESSION = 1000  # characters: no answer is longer, and sympy's cost grow
 # exponent with its own exponent (9^{9^{9^9}}), and exponents or factorials of five or more digits.
 # Each alternative starts at a "^" or at the first digit of a run, so a 20,000-character region is scanned linearly.
 _COSTLY = re.compile(r"\^\s*\{[\d\s{}()+*\-]*\^|\^\s*\{?\s*\d{5,}|(?<!\d)\d{5,}\s*!")
-_EQUALS = re.compile(r"(?<![<>!:\\])=(?!=)")
 
 
 class _Verifier:
@@ -167,8 +166,8 @@ def _expression_equal(answer: str, gold: str, gold_literal, words: bool, timeout
     if len(answer) > _MAX_EXPRESSION:
         return "T", False
     answer = answers.unwrap(answers.strip_percent(answer))
-    parts = _split_top(answer, _EQUALS)
-    if len(parts) > 1 and len(_split_top(gold, _EQUALS)) == 1:
+    parts = _split_top(answer, answers.EQUALS)
+    if len(parts) > 1 and len(_split_top(gold, answers.EQUALS)) == 1:
         # An equation answers a value only when every side equals it: x = 3 and 2 + 1 = 3, never 5 = 3.
         if answers.is_variable(parts[0]):
             parts = parts[1:]
@@ -219,21 +218,27 @@ def _check_params(answer_form: str, timeout_s: float) -> None:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
 
-def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, skip=None) -> list[float | None]:
+def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, skip=None,
+               check_working=False) -> list[float | None]:
     _check_params(answer_form, timeout_s)
     scores: list[float | None] = []
     hows: list[str] = []
+    disagreed = 0
     for i, (text, gold) in enumerate(zip(texts, golds, strict=True)):
         if skip is not None and skip[i]:
             scores.append(0.0)
             continue
         score, how = _judge(text, str(gold), answer_form, require_boxed, float(timeout_s))
+        if check_working and score == 1.0 and answers.working_disagrees(text, str(gold)):
+            score, disagreed = 0.0, disagreed + 1
         scores.append(score)
         hows.append(how)
     n = max(len(texts), 1)
     for metric, kinds in (("gold_unparseable", {"gold"}), ("fast_path_rate", {"literal", "none", "hedge"}),
                           ("no_answer", {"none"}), ("hedge", {"hedge"}), ("too_costly", {"costly"})):
         log_metric(metric, sum(h in kinds for h in hows) / n)
+    if check_working:
+        log_metric("working_disagrees", disagreed / n)
     return scores
 
 
@@ -246,6 +251,7 @@ def math_correctness(
     answer_form: AnswerForm = "literal",
     require_boxed: bool = True,
     timeout_s: Annotated[float, Range(gt=0)] = 3,
+    check_working: bool = False,
 ) -> list[float | None]:
     """1.0 when the final answer (last box after </think>, else after "answer is") equals the gold, else 0.0; None when the gold cannot be read.
 
@@ -259,8 +265,14 @@ def math_correctness(
     Where this differs from math-verify and TRL's accuracy_reward: docs/rewards.md.
 
     require_boxed=False also reads an answer with no box and no anchor: the last line (literal) or math-verify's pick
-    from the text (expression). Never on tasks whose question is an expression: a restated question then scores."""
-    return _score_all(completions, answer, answer_form, require_boxed, timeout_s, log_metric)
+    from the text (expression). Never on tasks whose question is an expression: a restated question then scores.
+
+    check_working=True also reads the working: a right answer scores 0 when the last `=` before it is followed by
+    another number (`-7 - 8 = 15. \\boxed{-15}`: the sign put in the box, not in the sum). For tasks whose working is
+    one chain of equations ending in the answer (arithmetic); a completion with no `=`, or whose last `=` is not
+    followed by a number, is judged on its answer alone, and so is a gold that is not a number literal."""
+    return _score_all(completions, answer, answer_form, require_boxed, timeout_s, log_metric,
+                      check_working=check_working)
 
 
 def _split_think(text: str, template_opens_think: bool) -> tuple[str, str, str] | None:

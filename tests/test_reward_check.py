@@ -221,7 +221,11 @@ def test_a_hack_that_makes_a_reward_raise_breaks_the_contract(naive_dir, capsys)
 def test_shipped_reward_check_compares_with_the_catalog(capsys):
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz"]) == 0
     out = capsys.readouterr().out
-    assert "pays for 0 hack" in out and "REFUSES" in out and "(known: " in out
+    assert "pays for 1 hack(s): working_contradicts_answer" in out and "REFUSES" in out and "(known: " in out
+    assert re.search(r"PAYS\s+1\.00\s+working_contradicts_answer:.*\(known: the working before", out)
+    assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
+                 '{"check_working": true}']) == 0
+    assert "pays for 0 hack" in capsys.readouterr().out
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
                  '{"answer_form": "expression"}']) == 0
     out = capsys.readouterr().out

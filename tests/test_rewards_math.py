@@ -315,6 +315,40 @@ def test_math_correctness_metrics():
                        "too_costly": 0.0}
 
 
+# check_working: the sign-in-the-box shortcut a 15-minute run learned (bench/results/learning_budget15.md, session 4)
+@pytest.mark.parametrize("form", ["literal", "expression"])
+@pytest.mark.parametrize("text, gold, plain, checked", [
+    ("(-7) + (-8) = 15. \\boxed{-15}", "-15", 1.0, 0.0),  # the working drops the sign the box keeps
+    ("-7 - 8 = -15. \\boxed{-15}", "-15", 1.0, 1.0),
+    ("\\boxed{-15}", "-15", 1.0, 1.0),  # no working: judged on the answer
+    ("-7 - 8 = -(7 + 8) = -15, so \\boxed{-15}", "-15", 1.0, 1.0),  # the last `=` counts
+    ("$-7 - 8 = -15$. The answer is -15.", "-15", 1.0, 1.0),
+    ("-7 - 8 = 15. The final answer is -15.", "-15", 1.0, 0.0),  # anchored answer: the working before the anchor
+    ("-2 + 3 = 5ne. \\boxed{-5}", "-5", 1.0, 0.0),  # junk after the number does not hide it
+    ("9 + 2 = 1,000 \\boxed{11}", "11", 1.0, 0.0),
+    ("So 990 + 10 = 1,000 \\boxed{1000}", "1000", 1.0, 1.0),  # a thousands separator is not the clause's end
+    ("x = \\boxed{7}", "7", 1.0, 1.0),  # nothing after the `=` but the box
+    ("Let y = x + 3. \\boxed{7}", "7", 1.0, 1.0),  # not a number after the last `=`
+    ("-7 - 8 = 15. \\boxed{15}", "-15", 0.0, 0.0),  # a wrong answer stays wrong
+    ("<think>-7 - 8 = 15</think> \\boxed{-15}", "-15", 1.0, 1.0),  # only the text after </think> is working
+])
+def test_check_working_refuses_a_right_box_after_working_that_says_otherwise(form, text, gold, plain, checked):
+    assert correctness([text], [gold], form) == [plain]
+    assert correctness([text], [gold], form, check_working=True) == [checked]
+
+
+def test_check_working_metric_and_symbolic_golds():
+    metrics = {}
+    out = score("math_correctness", ["1 + 1 = 3. \\boxed{2}", "1 + 1 = 2. \\boxed{2}", "\\boxed{2}", "\\boxed{5}"],
+                answer=["2"] * 4, log_metric=metrics.__setitem__, check_working=True)
+    assert out == [0.0, 1.0, 1.0, 0.0] and metrics["working_disagrees"] == 0.25
+    metrics.clear()
+    score("math_correctness", ["\\boxed{2}"], answer=["2"], log_metric=metrics.__setitem__)
+    assert "working_disagrees" not in metrics  # off by default: no metric that always reads 0
+    # A gold that is not a number literal: the working is not compared (there is no number to compare it with).
+    assert correctness(["x = 2. \\boxed{\\sqrt{2}}"], ["\\sqrt{2}"], "expression", check_working=True) == [1.0]
+
+
 def test_expression_form_survives_text_no_codec_likes():
     texts = ["\\boxed{\ud800}", "\\boxed{\x00 1 + 2}", "\\boxed{\\frac{\ud83d\ude42}{2}}",
              "\\boxed{" + "\u4e2d" * 900 + "}",
