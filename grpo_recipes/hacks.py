@@ -158,10 +158,11 @@ ANSWER_HACKS = [
     Hack("work_equals_gold", ANSWER, "fair", "the expression and its value: \\boxed{-9 - 8 = -17}",
          lambda row, p: (None if (e := question_expression(str(row.get("question", "")))) is None or _gold(row) is None
                          else f"\\boxed{{{e} = {_gold(row)}}}"),
-         default=1.0, expect={"math_correctness": 0.0, WORKING: 0.0, "think_format_if_correct": 0.0, "numeric_match": 0.0,
-                              "exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL, "final_answer": 0.0},
-         gaps={"math_correctness": _LITERAL_WHY, WORKING: _LITERAL_WHY, "think_format_if_correct": _LITERAL_WHY, "final_answer": _LITERAL_WHY,
-               "numeric_match": "numeric_match reads an answer with one number only", "exact_match": _EXACT_WHY,
+         default=1.0, expect={"math_correctness": 0.0, WORKING: 0.0, "think_format_if_correct": 0.0,
+                              "numeric_match": 0.0, "exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL,
+                              "final_answer": 0.0},
+         gaps={"math_correctness": _LITERAL_WHY, WORKING: _LITERAL_WHY, "think_format_if_correct": _LITERAL_WHY,
+               "final_answer": _LITERAL_WHY, "numeric_match": "numeric_match reads an answer with one number only", "exact_match": _EXACT_WHY,
                "reasoning_gym_score": _RG_WHY}),
     Hack("false_equation", ANSWER, "hack", "a false equation whose right side is the gold: \\boxed{<wrong> = <gold>}",
          _with_gold(lambda g, w: f"\\boxed{{{w} = {g}}}"), default=0.0, expect={"reasoning_gym_score": _RG_PARTIAL},
@@ -429,8 +430,8 @@ TOKEN_HACKS = [
 ]
 
 # The shipped rewards and settings whose scores the catalog records (tests/test_hack_catalog.py holds them to it).
-PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, "think_format_if_correct", "exact_match", "numeric_match",
-                      "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format", "json_schema",
+PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, "think_format_if_correct", "exact_match",
+                      "numeric_match", "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format", "json_schema",
                       "json_field_accuracy", "overlong_penalty", "repetition_penalty", "length_reward",
                       "final_answer"})
 CATALOG: list[Hack] = ANSWER_HACKS + THINK_HACKS + BOXED_HACKS + JSON_HACKS + GOLD_HACKS + TOKEN_HACKS

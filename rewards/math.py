@@ -270,7 +270,8 @@ def math_correctness(
     check_working=True also reads the working: a right answer scores 0 when the last `=` before it is followed by
     another number (`-7 - 8 = 15. \\boxed{-15}`: the sign put in the box, not in the sum). For tasks whose working is
     one chain of equations ending in the answer (arithmetic); a completion with no `=`, or whose last `=` is not
-    followed by a number, is judged on its answer alone, and so is a gold that is not a number literal."""
+    followed by a number, is judged on its answer alone, and so is a gold that is not a number literal; working
+    written after the final box is not read."""
     return _score_all(completions, answer, answer_form, require_boxed, timeout_s, log_metric,
                       check_working=check_working)
 

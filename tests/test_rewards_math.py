@@ -331,6 +331,9 @@ def test_math_correctness_metrics():
     ("Let y = x + 3. \\boxed{7}", "7", 1.0, 1.0),  # not a number after the last `=`
     ("-7 - 8 = 15. \\boxed{15}", "-15", 0.0, 0.0),  # a wrong answer stays wrong
     ("<think>-7 - 8 = 15</think> \\boxed{-15}", "-15", 1.0, 1.0),  # only the text after </think> is working
+    # Not protected (docs/rewards.md): working written after the final box is not read, since a check after the answer
+    # (`\\boxed{-15}. Check: -15 + 8 = -7`) ends with another number by design.
+    ("\\boxed{-15}, since -7 - 8 = 15.", "-15", 1.0, 1.0),
 ])
 def test_check_working_refuses_a_right_box_after_working_that_says_otherwise(form, text, gold, plain, checked):
     assert correctness([text], [gold], form) == [plain]
