@@ -122,6 +122,15 @@ class RecipeArguments:
                           "multi_objective_aggregation sum_then_normalize, no MoE router loss, and one process: "
                           "otherwise it is off, and the start-up log says why."},
     )
+    share_prompt_forward: bool = field(
+        default=False,
+        metadata={"help": "In the loss, run each group's prompt forward and backward once for all of its "
+                          "completions instead of once per row (grpo_recipes/prompt_sharing.py): the same loss and "
+                          "gradient up to float rounding, for a fraction of the compute when prompts are long "
+                          "against completions. Needs per_device_train_batch_size 1, one process, no activation "
+                          "checkpointing and a plain full-attention model: otherwise it is off, and the start-up log "
+                          "says why."},
+    )
     peft_learning_rate: float | None = field(
         default=1.0e-4,
         metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "

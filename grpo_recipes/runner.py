@@ -73,6 +73,7 @@ class Stage:
             peft_config=get_peft_config(run.model_args),
             diagnostics=diagnostics_spec(run.recipe, run.training, run.funcs),
             skip_zero_advantage=run.recipe.skip_zero_advantage_batches,
+            share_prompt=run.recipe.share_prompt_forward,
             **tool_kwargs(run.recipe, model_path),
         )
 

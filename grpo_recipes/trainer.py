@@ -13,6 +13,10 @@ recorded once, when it is generated, exactly like TRL's reward metrics, and appe
 
 `log` logs TRL's completions table once per step: not again with the end-of-training summary.
 
+With `share_prompt_forward` (prompt_sharing.py), `_generate_and_score_completions` tags each row with its group,
+`compute_loss` passes a row's tag on, and `_get_per_token_logps_and_entropies`, for the loss's own call only, runs
+the row against its group's shared prompt cache.
+
 With tools (recipe `tools:` / `environment:`), two more hooks:
 - `_generate`: TRL builds one tool table per rollout (`_sync_tool_dicts`) right before calling _generate. INVALID_CALL,
   the call tool_templates' parser makes of a malformed block or an unknown tool, is added to each table, so the model
@@ -32,12 +36,15 @@ from trl import GRPOTrainer
 
 from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index, equal_reward_groups
 from .episodes import tool_metrics, transcript
+from .prompt_sharing import PromptSharing
+from .prompt_sharing import blockers as share_blockers
 from .tool_templates import INVALID_CALL
 from .tools import invalid_call_handler
 from .vllm_cpu_sync import cpu_weight_sync
 
 logger = logging.getLogger("grpo_recipes")
 EQUAL_GROUP = "equal_reward_group"  # the batch key that marks rows to skip (skip_zero_advantage_batches)
+PROMPT_GROUP = "prompt_group"  # the batch key that names each row's group (share_prompt_forward)
 
 
 def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
@@ -61,16 +68,22 @@ def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
 
 class RecipeTrainer(GRPOTrainer):
     def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, skip_zero_advantage: bool = False,
-                 **kwargs):
+                 share_prompt: bool = False, **kwargs):
         with cpu_weight_sync():  # vLLM on a CPU trainer gets a weight sync that works there; GPUs keep TRL's
             super().__init__(*args, **kwargs)
         self.diagnostics = diagnostics
-        self._captured: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._captured: tuple[torch.Tensor, torch.Tensor | None] | None = None
         blockers = skip_blockers(self.args, self.accelerator.num_processes, self.aux_loss_enabled)
         if skip_zero_advantage and blockers:
             logger.warning("skip_zero_advantage_batches: off in this run: %s", "; ".join(blockers))
             skip_zero_advantage = False
         self.skip_zero_advantage = skip_zero_advantage
+        blockers = (share_blockers(self.args, self.accelerator.num_processes, self.model, self.aux_loss_enabled)
+                    if share_prompt else [])
+        if blockers:
+            logger.warning("share_prompt_forward: off in this run: %s", "; ".join(blockers))
+        self._sharing = PromptSharing(self.num_generations) if share_prompt and not blockers else None
+        self._sharing_group: int | None = None
 
     @property
     def _uses_tools(self) -> bool:
@@ -95,12 +108,21 @@ class RecipeTrainer(GRPOTrainer):
                 self._metrics[mode][name].append(value)
             self._log_completion_extra("episode", [transcript(c) for c in completions])
         if self.diagnostics is not None or self.skip_zero_advantage:
-            lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=self.accelerator.device)
-            self._captured = (rewards_per_func.detach(), self.accelerator.gather(lengths))
+            lengths = None  # only the diagnostics read them
+            if self.diagnostics is not None:
+                lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=self.accelerator.device)
+                lengths = self.accelerator.gather(lengths)
+            self._captured = (rewards_per_func.detach(), lengths)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
+        if self._sharing is not None and self.model.training:
+            # Rows come in groups of num_generations (TRL's RepeatSampler); the key travels with each row through
+            # TRL's shuffle and split into micro-batches.
+            self._sharing.new_batch()
+            rows = len(output["prompt_ids"])
+            output[PROMPT_GROUP] = torch.arange(rows // self.num_generations).repeat_interleave(self.num_generations)
         if self.diagnostics is None and not self.skip_zero_advantage:
             return output
         if self._captured is None:  # TRL changed its call graph: fail loudly rather than log nothing
@@ -135,7 +157,27 @@ class RecipeTrainer(GRPOTrainer):
                 # Zero gradients, not none: AdamW passes over a parameter without a gradient, where the full batch
                 # would have moved it by its momentum. One pass over the weights, against a forward and backward.
                 return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if self._sharing is None or not self.model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self._sharing_group = int(inputs[PROMPT_GROUP][0])  # read by _get_per_token_logps_and_entropies
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if self._sharing_group is not None:  # TRL changed its call graph: fail loudly rather than share nothing
+            raise RuntimeError("RecipeTrainer: GRPOTrainer's loss no longer calls _get_per_token_logps_and_entropies; "
+                               "update share_prompt_forward in grpo_recipes/trainer.py")
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args,
+                                           compute_entropy=False, **kwargs):
+        # Only the loss's own call, with gradients: the reference and old-policy passes (no_grad) stay TRL's.
+        group, self._sharing_group = self._sharing_group, None
+        if group is not None and torch.is_grad_enabled():
+            with self.accelerator.autocast():
+                shared = self._sharing.row(model, group, input_ids, attention_mask, logits_to_keep, compute_entropy)
+            self._metrics["train"]["frac_rows_prompt_shared"].append(float(shared is not None))
+            if shared is not None:
+                return *shared, None
+        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args,
+                                                          compute_entropy=compute_entropy, **kwargs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL logs the completions table (and prints it) at every log call. Trainer.train's closing summary
