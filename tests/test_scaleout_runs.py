@@ -14,7 +14,7 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(REPO / "accelerate_configs/cpu_ddp.yaml"), str(REPO / "recipes/math_grpo.py"),
            *tiny_run_args(tiny_model_dir, out, 2, "--eval_heldout", "false", "--use_cpu", "true",
-                          "--skip_zero_advantage_batches", "true")]
+                          "--skip_zero_advantage_batches", "true", "--share_prompt_forward", "true")]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     # The timeout catches the exit deadlock runner.exit_without_teardown prevents (gloo worker vs DDP Reducer).
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=run_env, env=env)
@@ -26,6 +26,9 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     # The default config's skip_zero_advantage_batches is for one process: off here, and said so.
     assert "skip_zero_advantage_batches: off in this run: 2 processes would each" in proc.stderr
     assert not any("train/frac_rows_skipped" in r for r in records)
+    # So is share_prompt_forward: each process's DDP hooks pair one forward with one backward.
+    assert "share_prompt_forward: off in this run: 2 processes" in proc.stderr
+    assert not any("train/frac_rows_prompt_shared" in r for r in records)
 
 
 def test_lora_run_saves_an_adapter_that_loads_and_merges(tiny_model_dir, run_env):
