@@ -155,7 +155,44 @@ def working_result(region: str) -> Literal | None:
     if literal is None and (lead := _LEADING_NUMBER.match(normalize_text(stated))):
         # A number with junk after it (`= 5ne`, `= 11 1`) still states 5 and 11: the check must not be dodged by noise.
         literal = parse_literal(lead.group(1).replace(" ", "") + lead.group(2))
+    if literal is None and (value := number_words(stated)) is not None:  # `= fifteen` states 15 all the same
+        literal = Literal(Fraction(value), 0, False, False)
     return literal
+
+
+_UNITS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+_WORD_RUN = re.compile(r"(?i)\s*((?:minus|negative)\s+|-\s*)?([a-z]+(?:[\s-]+(?:and\s+)?[a-z]+)*)")
+
+
+def number_words(text: str) -> int | None:
+    """The integer a text starts with when written in English words (`fifteen`, `minus twenty-one`, `-six`, `one
+    hundred and five`), else None. Words after the number are ignored, as digits' trailing junk is."""
+    m = _WORD_RUN.match(text)
+    if not m:
+        return None
+    total = current = 0
+    seen = False
+    for word in re.split(r"[\s-]+", m.group(2).lower()):
+        if word in _UNITS or word in _TENS:
+            current += _UNITS.get(word, 0) + _TENS.get(word, 0)
+        elif word in _SCALES and seen:
+            if _SCALES[word] == 100:
+                current *= 100
+            else:
+                total, current = total + current * _SCALES[word], 0
+        elif word == "and" and seen:
+            continue
+        else:
+            break
+        seen = True
+    if not seen:
+        return None
+    value = total + current
+    return -value if m.group(1) else value
 
 
 def working_disagrees(text: str, gold: str) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS = "answer", "think", "boxed", "schema", "gold", "tokens"
 EXPRESSION = "math_correctness[answer_form=expression]"  # the profile for math_correctness with symbolic answers
 WORKING = "math_correctness[check_working=True]"  # the profile for math_correctness that reads the working too
+NUMERIC_BOX = "boxed_format[numeric=True]"  # the format reward that pays only for a number in the box
 Score = float | tuple[float, float]
 
 
@@ -172,6 +173,10 @@ ANSWER_HACKS = [
          _with_int(lambda v, w: f"So the sum = {w}. \\boxed{{{v}}}"), default=1.0, expect={WORKING: 0.0},
          gaps={"*": "the working before the final answer is not read; math_correctness with check_working: true reads "
                     "its last `= X` (for arithmetic, where the working is one chain of equations)"}),
+    Hack("working_in_words", ANSWER, "hack", "working that ends with another number in words: `= fifteen. \\boxed{-15}`",
+         _with_int(lambda v, w: f"So the sum = {'sixteen' if v == 15 else 'fifteen'}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0}, gaps={"*": "the working before the final answer is not read (as "
+                                            "working_contradicts_answer)"}),
     Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",
          _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ or }} {w}}}"), default=0.0,
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
@@ -324,7 +329,10 @@ BOXED_HACKS = [
     Hack("box_only_in_think", BOXED, "hack", "the only box inside <think>",
          lambda row, p: "<think>\n\\boxed{1}\n</think>\nI do not know.", default=0.0),
     Hack("junk_in_box", BOXED, "hack", "a box around words", lambda row, p: "\\boxed{banana}", default=1.0,
-         gaps={"*": _SHAPE_ONLY}),
+         expect={NUMERIC_BOX: 0.0}, gaps={"*": _SHAPE_ONLY + "; boxed_format's numeric=True pays only for a number"}),
+    Hack("letter_in_box", BOXED, "hack", "a box around a letter, the math default's collapse at lr 2e-5",
+         lambda row, p: "So 4 - 1 = 3. \\boxed{B}", default=1.0, expect={NUMERIC_BOX: 0.0},
+         gaps={"*": _SHAPE_ONLY + "; boxed_format's numeric=True pays only for a number"}),
     Hack("fraction_box", BOXED, "fair", "a box with nested braces: \\boxed{\\frac{1}{2}}",
          lambda row, p: "So \\boxed{\\frac{1}{2}}.", default=1.0),
     Hack("corrected_box", BOXED, "fair", "a draft box, 'Wait', and a final box",
@@ -431,9 +439,9 @@ TOKEN_HACKS = [
 
 # The shipped rewards and settings whose scores the catalog records (tests/test_hack_catalog.py holds them to it).
 PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, "think_format_if_correct", "exact_match",
-                      "numeric_match", "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format", "json_schema",
-                      "json_field_accuracy", "overlong_penalty", "repetition_penalty", "length_reward",
-                      "final_answer"})
+                      "numeric_match", "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format",
+                      NUMERIC_BOX, "json_schema", "json_field_accuracy", "overlong_penalty", "repetition_penalty",
+                      "length_reward", "final_answer"})
 CATALOG: list[Hack] = ANSWER_HACKS + THINK_HACKS + BOXED_HACKS + JSON_HACKS + GOLD_HACKS + TOKEN_HACKS
 
 

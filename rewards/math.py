@@ -353,12 +353,18 @@ def think_format_if_correct(
 
 
 @reward("boxed_format", role="format")
-def boxed_format(completions: list[str]) -> list[float]:
-    """1.0 when the final answer (after </think>) is one non-empty \\boxed{...}: not two differing boxes side by side, not a box left open."""
+def boxed_format(completions: list[str], *, numeric: bool = False) -> list[float]:
+    """1.0 when the final answer (after </think>) is one non-empty \\boxed{...}: not two differing boxes side by side, not a box left open.
+
+    numeric=True also asks that the box hold a number literal (as math_correctness's answer_form "literal" reads it:
+    -15, 3/4, \\frac{1}{2}, x = 4), so that \\boxed{B} or a box around words earns nothing. For tasks whose every
+    answer is a number: a policy trained at lr 2e-5 collapsed into \\boxed{B} on every question, paid by the plain
+    format reward alone (bench/results/learning_budget15.md, session 7)."""
     scores = []
     for text in completions:
         region = answers.answer_region(text)
         group = answers.final_box_group(region) if region is not None else None
         one = answers.single_answer(group) if group else None
-        scores.append(1.0 if one is not None and one.strip() else 0.0)
+        ok = one is not None and one.strip() and (not numeric or answers.parse_literal(one) is not None)
+        scores.append(1.0 if ok else 0.0)
     return scores

@@ -326,6 +326,10 @@ def test_math_correctness_metrics():
     ("-7 - 8 = 15. The final answer is -15.", "-15", 1.0, 0.0),  # anchored answer: the working before the anchor
     ("-2 + 3 = 5ne. \\boxed{-5}", "-5", 1.0, 0.0),  # junk after the number does not hide it
     ("9 + 2 = 1,000 \\boxed{11}", "11", 1.0, 0.0),
+    ("-7 - 8 = fifteen. \\boxed{-15}", "-15", 1.0, 0.0),  # a number in words is a number
+    ("-7 - 8 = minus fifteen. \\boxed{-15}", "-15", 1.0, 1.0),
+    ("-4 + -3 = -seven, so \\boxed{-7}", "-7", 1.0, 1.0),
+    ("90 + 15 = one hundred and five \\boxed{-105}", "-105", 1.0, 0.0),
     ("So 990 + 10 = 1,000 \\boxed{1000}", "1000", 1.0, 1.0),  # a thousands separator is not the clause's end
     ("x = \\boxed{7}", "7", 1.0, 1.0),  # nothing after the `=` but the box
     ("Let y = x + 3. \\boxed{7}", "7", 1.0, 1.0),  # not a number after the last `=`
@@ -410,6 +414,14 @@ def test_boxed_format():
              "<think>\\boxed{4}</think> x", "\\boxed{\\frac{1}{2}}", "\\boxed{3}. Wait, no: \\boxed{4}",
              "\\boxed{4} \\boxed{4}"]
     assert score("boxed_format", texts) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+
+
+def test_boxed_format_numeric_pays_only_for_a_number():
+    # \boxed{B} on every question is where a run at lr 2e-5 collapsed, paid by the plain format reward alone.
+    texts = ["4 - 1 = 3. \\boxed{B}", "\\boxed{banana}", "\\boxed{-15}", "\\boxed{\\frac{1}{2}}", "\\boxed{x = 4}",
+             "\\boxed{( -9 - 8 )}", "\\boxed{１２}", "\\boxed{4} \\boxed{5}", "\\boxed{3}. Wait: \\boxed{4}"]
+    assert score("boxed_format", texts) == [1.0] * 7 + [0.0, 1.0]
+    assert score("boxed_format", texts, numeric=True) == [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
 
 
 def test_format_rewards_are_linear_on_adversarial_megabytes():
