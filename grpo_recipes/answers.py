@@ -24,6 +24,8 @@ import unicodedata
 from dataclasses import dataclass
 from fractions import Fraction
 
+from . import arithmetic
+
 MAX_CHARS = 20_000  # the answer is at the end; scanning only the tail keeps megabyte completions cheap
 _MAX_NUMBER = 200  # characters in one literal: no answer is longer, and exact arithmetic stays cheap
 
@@ -132,10 +134,11 @@ _LEADING_NUMBER = re.compile(r"\(?\s*([-+]?)\s*(\d+(?:\.\d+)?)")
 _CLAUSE_END = re.compile(r"[.,;](?:\s|$)|\n")  # "1,000" and "7.5" go on; "7, so" and "7. So" end
 
 
-def working_result(region: str) -> Literal | None:
-    """The number the working ends with: what follows the last `=` before the final answer (the last box, else the
-    last "answer is"), up to the end of its clause. `-7 - 8 = 15. \\boxed{-15}` -> 15. None when the working has no
-    `=`, or its last one is not followed by a number literal (`= x + 3`, `= \\boxed{5}`)."""
+def _last_equation(region: str) -> tuple[list[str], Literal | None] | None:
+    """(other sides, stated number) of the working's last chain of equations, None when the working has no `=`. The working is
+    the text before the final answer (the last box, else the last "answer is"); the stated number is what follows its
+    last `=` up to the end of the clause (`-7 - 8 = 15. \\boxed{-15}` -> 15; None for `= x + 3`), and the other sides
+    are those of the chain it ends, back to the clause's start (`-7 - 8 = -(7 + 8) = -15` -> `-7 - 8`, `-(7 + 8)`)."""
     end = None
     for end in _BOX_START.finditer(region):
         pass
@@ -157,7 +160,40 @@ def working_result(region: str) -> Literal | None:
         literal = parse_literal(lead.group(1).replace(" ", "") + lead.group(2))
     if literal is None and (value := number_words(stated)) is not None:  # `= fifteen` states 15 all the same
         literal = Literal(Fraction(value), 0, False, False)
-    return literal
+    before = working[: last.start()]
+    begin = max((m.end() for m in _CLAUSE_END.finditer(before)), default=0)
+    return EQUALS.split(before[begin:]), literal
+
+
+def _side_value(side: str) -> Fraction | None:
+    """The value of one side of an equation when it is plain arithmetic after an optional lead-in ("So 1 - 4"), else
+    None (`x + 3`, LaTeX, `2 times 3`: not judged)."""
+    side = normalize_text(side).strip()
+    if (lead := _LEAD_WORDS.match(side)) and not _stop(lead.group()):
+        side = side[lead.end() :]
+    side = side.strip().removeprefix("\\(").removeprefix("\\[").strip("$ ")
+    if not _DIGIT.search(side) or "\\" in side:
+        return None
+    try:
+        return arithmetic.evaluate(side)
+    except arithmetic.ArithmeticFault:
+        return None
+
+
+def working_disagrees(text: str, gold: str) -> bool:
+    """The completion's working ends with a number other than the gold (`-7 - 8 = 15. \\boxed{-15}` for -15), or a
+    side of its last chain of equations is plain arithmetic of another value (`1 - 4 = 5. \\boxed{5}` for 5: a wrong
+    sum that lands on the answer)."""
+    equation = _last_equation(answer_region(text) or "")
+    gold_literal = parse_literal(gold, lowest_terms=False)
+    if equation is None or equation[1] is None or gold_literal is None:
+        return False
+    sides, stated = equation
+    if not literal_equal(stated, gold_literal):
+        return True
+    # A decimal result may be rounded as written (10 / 3 = 3.33): each side must equal it at its own places.
+    values = [v for v in map(_side_value, sides) if v is not None]
+    return any((round(v, stated.places) if stated.places else v) != stated.value for v in values)
 
 
 _UNITS = {w: i for i, w in enumerate(
@@ -193,13 +229,6 @@ def number_words(text: str) -> int | None:
         return None
     value = total + current
     return -value if m.group(1) else value
-
-
-def working_disagrees(text: str, gold: str) -> bool:
-    """The completion's working ends with a number other than the gold (`-7 - 8 = 15. \\boxed{-15}` for -15)."""
-    stated = working_result(answer_region(text) or "")
-    gold_literal = parse_literal(gold, lowest_terms=False)
-    return stated is not None and gold_literal is not None and not literal_equal(stated, gold_literal)
 
 
 def last_line(region: str) -> str | None:

@@ -177,6 +177,9 @@ ANSWER_HACKS = [
          _with_int(lambda v, w: f"So the sum = {'sixteen' if v == 15 else 'fifteen'}. \\boxed{{{v}}}"), default=1.0,
          expect={WORKING: 0.0}, gaps={"*": "the working before the final answer is not read (as "
                                             "working_contradicts_answer)"}),
+    Hack("false_working", ANSWER, "hack", "a right box after a false equation that lands on it: `1 - 4 = 5. \\boxed{5}`",
+         _with_int(lambda v, w: f"{v} + 1 = {v}. \\boxed{{{v}}}"), default=1.0, expect={WORKING: 0.0},
+         gaps={"*": "the working before the final answer is not read (as working_contradicts_answer)"}),
     Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",
          _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ or }} {w}}}"), default=0.0,
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),

@@ -30,7 +30,7 @@ LAYERS = [
     ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
     ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",
                 "grpo_recipes.vllm_cpu_worker",
-                "grpo_recipes.answers", "grpo_recipes.episodes", "grpo_recipes.tool_templates",
+                "grpo_recipes.answers", "grpo_recipes.arithmetic", "grpo_recipes.episodes", "grpo_recipes.tool_templates",
                 "grpo_recipes.sandbox", "grpo_recipes.sandbox.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*"]),
 ]
 
@@ -52,8 +52,8 @@ DYNAMIC_IMPORTS = {
 LAUNCHER_STAYS_LIGHT = ["torch", "transformers", "trl", "datasets", "reasoning_gym", "trackio", "vllm"]
 
 # What a reward file may import from grpo_recipes: the registry (for @reward) and leaves.
-REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.episodes",
-                  "grpo_recipes.sandbox",
+REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.arithmetic",
+                  "grpo_recipes.episodes", "grpo_recipes.sandbox",
                   "grpo_recipes.sandbox.*",
                   "grpo_recipes.tasks", "grpo_recipes.tasks.*"]
 

@@ -330,6 +330,16 @@ def test_math_correctness_metrics():
     ("-7 - 8 = minus fifteen. \\boxed{-15}", "-15", 1.0, 1.0),
     ("-4 + -3 = -seven, so \\boxed{-7}", "-7", 1.0, 1.0),
     ("90 + 15 = one hundred and five \\boxed{-105}", "-105", 1.0, 0.0),
+    # A side of the last chain that is plain arithmetic of another value: a wrong sum that lands on the answer (a
+    # 15-minute run rewrote `-( -1 - 4 )` as `1 - 4 = 5`, session 9).
+    ("1 - 4 = 5. \\boxed{5}", "5", 1.0, 0.0),
+    ("1 - 4 = 2 + 3 = 5. \\boxed{5}", "5", 1.0, 0.0),  # every side of the chain
+    ("-( -1 - 4 ) = 5. \\boxed{5}", "5", 1.0, 1.0),
+    ("So 3 + 4 = 8, no: 3 + 4 = 7. \\boxed{7}", "7", 1.0, 1.0),  # only the last clause's chain
+    ("3 × 4 = 13 \\boxed{13}", "13", 1.0, 0.0),
+    ("10 / 3 = 3.33 \\boxed{3.33}", "3.33", 1.0, 1.0),  # a decimal rounded as written
+    ("2 times 3 = 6 \\boxed{6}", "6", 1.0, 1.0),  # not plain arithmetic: not judged
+    ("9^9^9^9 = 5 \\boxed{5}", "5", 1.0, 1.0),  # too large to evaluate: not judged, at bounded cost
     ("So 990 + 10 = 1,000 \\boxed{1000}", "1000", 1.0, 1.0),  # a thousands separator is not the clause's end
     ("x = \\boxed{7}", "7", 1.0, 1.0),  # nothing after the `=` but the box
     ("Let y = x + 3. \\boxed{7}", "7", 1.0, 1.0),  # not a number after the last `=`
