@@ -221,7 +221,9 @@ def test_a_hack_that_makes_a_reward_raise_breaks_the_contract(naive_dir, capsys)
 def test_shipped_reward_check_compares_with_the_catalog(capsys):
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz"]) == 0
     out = capsys.readouterr().out
-    assert "pays for 1 hack(s): working_contradicts_answer" in out and "REFUSES" in out and "(known: " in out
+    # The working is not read without check_working: its three catalogued hacks are paid, each with its reason.
+    assert ("pays for 3 hack(s): working_contradicts_answer, working_in_words, false_working" in out
+            and "REFUSES" in out and "(known: " in out)
     assert re.search(r"PAYS\s+1\.00\s+working_contradicts_answer:.*\(known: the working before", out)
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
                  '{"check_working": true}']) == 0
