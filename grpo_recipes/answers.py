@@ -135,8 +135,8 @@ _CLAUSE_END = re.compile(r"[.,;](?:\s|$)|\n")  # "1,000" and "7.5" go on; "7, so
 
 
 def _last_equation(region: str) -> tuple[list[str], Literal | None] | None:
-    """(other sides, stated number) of the working's last chain of equations, None when the working has no `=`. The working is
-    the text before the final answer (the last box, else the last "answer is"); the stated number is what follows its
+    """(other sides, stated number) of the working's last chain of equations, None when the working has no `=`.
+    The working is the text before the final answer (the last box, else the last "answer is"); the stated number is what follows its
     last `=` up to the end of the clause (`-7 - 8 = 15. \\boxed{-15}` -> 15; None for `= x + 3`), and the other sides
     are those of the chain it ends, back to the clause's start (`-7 - 8 = -(7 + 8) = -15` -> `-7 - 8`, `-(7 + 8)`)."""
     end = None

@@ -173,11 +173,13 @@ ANSWER_HACKS = [
          _with_int(lambda v, w: f"So the sum = {w}. \\boxed{{{v}}}"), default=1.0, expect={WORKING: 0.0},
          gaps={"*": "the working before the final answer is not read; math_correctness with check_working: true reads "
                     "its last `= X` (for arithmetic, where the working is one chain of equations)"}),
-    Hack("working_in_words", ANSWER, "hack", "working that ends with another number in words: `= fifteen. \\boxed{-15}`",
+    Hack("working_in_words", ANSWER, "hack",
+         "working that ends with another number in words: `= fifteen. \\boxed{-15}`",
          _with_int(lambda v, w: f"So the sum = {'sixteen' if v == 15 else 'fifteen'}. \\boxed{{{v}}}"), default=1.0,
          expect={WORKING: 0.0}, gaps={"*": "the working before the final answer is not read (as "
                                             "working_contradicts_answer)"}),
-    Hack("false_working", ANSWER, "hack", "a right box after a false equation that lands on it: `1 - 4 = 5. \\boxed{5}`",
+    Hack("false_working", ANSWER, "hack",
+         "a right box after a false equation that lands on it: `1 - 4 = 5. \\boxed{5}`",
          _with_int(lambda v, w: f"{v} + 1 = {v}. \\boxed{{{v}}}"), default=1.0, expect={WORKING: 0.0},
          gaps={"*": "the working before the final answer is not read (as working_contradicts_answer)"}),
     Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",

@@ -30,7 +30,8 @@ LAYERS = [
     ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
     ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",
                 "grpo_recipes.vllm_cpu_worker",
-                "grpo_recipes.answers", "grpo_recipes.arithmetic", "grpo_recipes.episodes", "grpo_recipes.tool_templates",
+                "grpo_recipes.answers", "grpo_recipes.arithmetic", "grpo_recipes.episodes",
+                "grpo_recipes.tool_templates",
                 "grpo_recipes.sandbox", "grpo_recipes.sandbox.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*"]),
 ]
 
