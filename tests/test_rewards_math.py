@@ -331,7 +331,8 @@ def test_math_correctness_metrics():
     ("-4 + -3 = -seven, so \\boxed{-7}", "-7", 1.0, 1.0),
     ("90 + 15 = one hundred and five \\boxed{-105}", "-105", 1.0, 0.0),
     # A side of the last chain that is plain arithmetic of another value: a wrong sum that lands on the answer (a
-    # 15-minute run rewrote `-( -1 - 4 )` as `1 - 4 = 5`, session 9).
+    # 15-minute run answered `-4 + -8` with `(-4 + 8) = -12`, session 9).
+    ("(-4 + 8) = -12. \\boxed{-12}", "-12", 1.0, 0.0),
     ("1 - 4 = 5. \\boxed{5}", "5", 1.0, 0.0),
     ("1 - 4 = 2 + 3 = 5. \\boxed{5}", "5", 1.0, 0.0),  # every side of the chain
     ("-( -1 - 4 ) = 5. \\boxed{5}", "5", 1.0, 1.0),
