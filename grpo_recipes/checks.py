@@ -26,7 +26,7 @@ import torch
 from . import checkpoint, registry, tools, tracking, vllm_support
 from .config import SFT_FORMATS
 from .tool_templates import TOOL_TEMPLATE_CHOICES
-from .data import check_data_args
+from .data import WORKED_SOLUTION, check_data_args
 from .registry import choice_hint
 
 logger = logging.getLogger("grpo_recipes")
@@ -72,6 +72,7 @@ def collect(recipe, training, model_args=None, known: Mapping[str, registry.Rewa
     if grpo:
         problems += registry.check_specs(recipe.reward_specs, known, columns=train.column_names)
         problems += data_problems(training, train)
+        problems += demonstration_problems(recipe, train)
     elif scores_held_out and held_out is not None:
         problems += registry.check_specs(recipe.reward_specs, known, columns=held_out.column_names)
     if plan is not None:
@@ -254,6 +255,21 @@ def data_problems(grpo, train) -> list[str]:
             f"num_generations {grpo.num_generations}). Fix: more training rows, or a smaller "
             "per_device_train_batch_size"
         ]
+    return []
+
+
+def demonstration_problems(recipe, train) -> list[str]:
+    field_ = recipe.demonstration_field
+    if not field_:
+        return []
+    if recipe.uses_tools:
+        return ["demonstration_field: a demonstration is one text, not a tool episode; unset it for tool recipes"]
+    values = train[field_] if field_ in train.column_names else [None] * len(train)
+    missing = sum(not (isinstance(v, str) and v.strip()) for v in values)
+    if missing:
+        return [f"demonstration_field: {missing} of {len(train)} training rows have no '{field_}' text. Fix: a "
+                f"dataset column with a correct completion for every row, or '{WORKED_SOLUTION}' for reasoning-gym "
+                "arithmetic rows (it is built from each row's expression)"]
     return []
 
 

@@ -131,6 +131,17 @@ class RecipeArguments:
                           "checkpointing and a plain full-attention model: otherwise it is off, and the start-up log "
                           "says why."},
     )
+    demonstration_field: str | None = field(
+        default=None,
+        metadata={"help": "A training-row column holding a correct completion (`worked_solution`: built for "
+                          "reasoning-gym arithmetic rows from their expression, "
+                          "`-(5 + 2) = -(7) = -7. \\boxed{-7}`). A group that none of its sampled completions "
+                          "solves (correctness_reward at correctness_threshold) gets the demonstration in place of "
+                          "its last completion, so a question the policy never solves still teaches (off-policy "
+                          "guidance, as in LUFFY, arXiv:2504.14945). TRL's rewards/* metrics count the "
+                          "demonstrations, rewards/<name>/sampled_mean does not; the completions table marks them. "
+                          "Each sampled completion is scored twice. Not with tools."},
+    )
     peft_learning_rate: float | None = field(
         default=1.0e-4,
         metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "

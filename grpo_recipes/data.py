@@ -16,7 +16,7 @@ from pathlib import Path
 import reasoning_gym
 from datasets import Dataset, load_dataset
 
-from . import tools
+from . import arithmetic, tools
 from .config import RecipeArguments
 from .tasks.humaneval import load_humaneval
 
@@ -25,6 +25,7 @@ logger = logging.getLogger("grpo_recipes")
 SOURCES = ("reasoning_gym", "hub", "file")
 # Named held-out sets: functions returning rows with `question` (+ whatever their rewards read).
 EVAL_SOURCES = {"humaneval": load_humaneval}
+WORKED_SOLUTION = "worked_solution"  # the column worked_solution() fills when demonstration_field names it
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -97,6 +98,21 @@ def row_expression(row: dict) -> str | None:
     entry = row.get("gym_entry")
     meta = (json.loads(entry) if isinstance(entry, str) else entry or {}).get("metadata") or {}
     return meta.get("expression") if isinstance(meta.get("expression"), str) else None
+
+
+def worked_solution(row: dict) -> str | None:
+    """A correct completion in the math recipe's answer format, for a row with an arithmetic expression whose value
+    is the gold: the expression reduced one operation at a time, then the boxed value."""
+    expression = row_expression(row)
+    if expression is None:
+        return None
+    try:
+        steps = arithmetic.worked_steps(expression)
+        if arithmetic.evaluate(steps[-1]) != arithmetic.evaluate(str(row["answer"])):
+            return None  # reasoning-gym floors some divisions: a demonstration must score, so none where they differ
+    except arithmetic.ArithmeticFault:
+        return None
+    return f"{' = '.join(steps)}. \\boxed{{{steps[-1]}}}"
 
 
 def gold_checked(rows: list[dict], args: RecipeArguments) -> list[dict]:
@@ -194,6 +210,9 @@ def load_splits(args: RecipeArguments):
     if not train:
         raise ValueError("dataset: no training rows left after removing held-out questions; raise train_size or "
                          "check question_field/answer_regex")
+    if args.demonstration_field == WORKED_SOLUTION:
+        for r in train:
+            r.setdefault(WORKED_SOLUTION, worked_solution(r))
     for r in (*train, *held_out):
         r["prompt"] = to_prompt(r, args)
     return Dataset.from_list(_jsonable(train)), Dataset.from_list(_jsonable(held_out)) if held_out else None

@@ -74,6 +74,9 @@ class Stage:
             diagnostics=diagnostics_spec(run.recipe, run.training, run.funcs),
             skip_zero_advantage=run.recipe.skip_zero_advantage_batches,
             share_prompt=run.recipe.share_prompt_forward,
+            demonstration_field=run.recipe.demonstration_field,
+            correctness=(correctness_index([f.__name__ for f in run.funcs], run.recipe.correctness_reward),
+                         run.recipe.correctness_threshold),
             **tool_kwargs(run.recipe, model_path),
         )
 

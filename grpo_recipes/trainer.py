@@ -11,6 +11,14 @@ How the numbers are captured, without an extra forward pass:
 A generation batch can serve several optimiser steps (steps_per_generation, num_iterations): its diagnostics are
 recorded once, when it is generated, exactly like TRL's reward metrics, and appear in the next log.
 
+With `demonstration_field`, `_generate` scores the sampled completions quietly (no metrics, no table columns; only
+`rewards/<name>/sampled_mean`, the policy's own), and puts the row's demonstration in place of the last completion
+of every group that none of them solved (the correctness reward at `correctness_threshold`, as in the diagnostics).
+TRL then scores, builds the tensors and advantages and logs from what `_generate` returned, so a demonstration
+trains like a sampled row (the only one in its group with a positive advantage, if it is correct) and counts in
+`rewards/*` and `diag/*`. Each sampled completion is scored twice. With plain generation there are no sampling
+log-probabilities; with vLLM a demonstration's are NaN, which TRL leaves out of its importance-sampling correction.
+
 `log` logs TRL's completions table once per step: not again with the end-of-training summary.
 
 With `share_prompt_forward` (prompt_sharing.py), `_generate_and_score_completions` tags each row with its group,
@@ -68,7 +76,8 @@ def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
 
 class RecipeTrainer(GRPOTrainer):
     def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, skip_zero_advantage: bool = False,
-                 share_prompt: bool = False, **kwargs):
+                 share_prompt: bool = False, demonstration_field: str | None = None,
+                 correctness: tuple[int, float] = (0, 1.0), **kwargs):
         with cpu_weight_sync():  # vLLM on a CPU trainer gets a weight sync that works there; GPUs keep TRL's
             super().__init__(*args, **kwargs)
         self.diagnostics = diagnostics
@@ -84,6 +93,11 @@ class RecipeTrainer(GRPOTrainer):
             logger.warning("share_prompt_forward: off in this run: %s", "; ".join(blockers))
         self._sharing = PromptSharing(self.num_generations) if share_prompt and not blockers else None
         self._sharing_group: int | None = None
+        if demonstration_field and self.rollout_func is not None:  # it returns fields of its own per completion
+            raise ValueError("demonstration_field: needs TRL's own generation; unset it with a rollout_func")
+        self.demonstration_field = demonstration_field
+        self._correctness, self._threshold = correctness  # which reward, at what score, means solved
+        self._batch_inputs: list[dict] | None = None
 
     @property
     def _uses_tools(self) -> bool:
@@ -97,7 +111,37 @@ class RecipeTrainer(GRPOTrainer):
                                    "INVALID_CALL hook in grpo_recipes/trainer.py")
             for table in tables:
                 table.setdefault(INVALID_CALL, invalid_call_handler(lambda t=table: sorted(set(t) - {INVALID_CALL})))
-        return super()._generate(prompts)
+        output = super()._generate(prompts)
+        if self.demonstration_field and self.model.training:
+            output = self._demonstrate(prompts, output)
+        return output
+
+    def _demonstrate(self, prompts, output):
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest = output
+        inputs, group = self._batch_inputs, self.num_generations
+        # Scored quietly: TRL scores the batch again, demonstrations in place, and logs that. Gathered, so every
+        # process decides the same for every group, including a group whose rows span two processes.
+        self._log_metric = self._log_completion_extra = lambda *args, **kwargs: None
+        try:
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids)
+        finally:
+            del self._log_metric, self._log_completion_extra  # the instance attributes: TRL's methods again
+        for name, column in zip(self.reward_func_names, rewards.T):
+            self._metrics["train"][f"rewards/{name}/sampled_mean"].append(torch.nanmean(column).item())
+        solved = rewards[:, self._correctness] >= self._threshold  # NaN (unscored) is not solved
+        unsolved = (~solved.view(-1, group).any(dim=1)).tolist()
+        offset = self.accelerator.process_index * len(inputs)  # TRL's process slice of the gathered rows
+        shown = [(offset + i) % group == group - 1 and unsolved[(offset + i) // group] for i in range(len(inputs))]
+        for i in (i for i, taught in enumerate(shown) if taught):
+            text = inputs[i][self.demonstration_field]
+            ids = self.processing_class(text, add_special_tokens=False)["input_ids"]
+            completion_ids[i] = ids + self.eos_token_ids[:1]  # ended as a generation ends
+            completions[i] = [{"role": "assistant", "content": text}] if isinstance(completions[i], list) else text
+            if logprobs is not None:
+                logprobs[i] = [float("nan")] * len(completion_ids[i])
+        self._log_completion_extra("demonstration", shown)
+        self._metrics["train"]["frac_groups_demonstrated"].append(sum(unsolved) / len(unsolved))
+        return prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -116,7 +160,9 @@ class RecipeTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
+        self._batch_inputs = inputs  # _demonstrate reads each group's demonstration from its row
         output = super()._generate_and_score_completions(inputs)
+        self._batch_inputs = None
         if self._sharing is not None and self.model.training:
             # Rows come in groups of num_generations (TRL's RepeatSampler); the key travels with each row through
             # TRL's shuffle and split into micro-batches.

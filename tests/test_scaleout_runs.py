@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
+
 from conftest import REPO, tiny_run_args
 from test_recipe_e2e import trackio_metrics
 
@@ -14,7 +16,10 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(REPO / "accelerate_configs/cpu_ddp.yaml"), str(REPO / "recipes/math_grpo.py"),
            *tiny_run_args(tiny_model_dir, out, 2, "--eval_heldout", "false", "--use_cpu", "true",
-                          "--skip_zero_advantage_batches", "true", "--share_prompt_forward", "true")]
+                          "--skip_zero_advantage_batches", "true", "--share_prompt_forward", "true",
+                          "--demonstration_field", "worked_solution",
+                          # 6 rows a process, groups of 4: the middle group's rows are split between the processes.
+                          "--per_device_train_batch_size", "6")]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     # The timeout catches the exit deadlock runner.exit_without_teardown prevents (gloo worker vs DDP Reducer).
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=run_env, env=env)
@@ -29,6 +34,11 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     # So is share_prompt_forward: each process's DDP hooks pair one forward with one backward.
     assert "share_prompt_forward: off in this run: 2 processes" in proc.stderr
     assert not any("train/frac_rows_prompt_shared" in r for r in records)
+    # Demonstrations work across processes: the process holding a group's last row puts the demonstration there
+    # (a random tiny model solves nothing), and the table, gathered in process order, shows one per group of 4.
+    assert [r["train/frac_groups_demonstrated"] for r in records if "train/loss" in r] == [1.0, 1.0]
+    table = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
+    assert table["demonstration"].tolist() == [i % 4 == 3 for i in range(12)] * 2
 
 
 def test_lora_run_saves_an_adapter_that_loads_and_merges(tiny_model_dir, run_env):

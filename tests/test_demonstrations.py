@@ -1,0 +1,96 @@
+"""demonstration_field: a group that none of its completions solves trains on its row's worked solution in place of
+its last completion; `rewards/<name>/sampled_mean` stays the sampled completions' alone."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, tiny_run_args
+from grpo_recipes import registry
+from grpo_recipes.arithmetic import ArithmeticFault, evaluate, worked_steps
+from grpo_recipes.data import WORKED_SOLUTION, load_splits, worked_solution
+from grpo_recipes.parsing import parse_recipe_args
+from rewards.math import math_correctness
+
+
+@pytest.mark.parametrize("expression, steps", [
+    ("-3 - 4", ["-3 - 4", "-7"]),
+    ("( 5 - -8 )", ["5 - (-8)", "13"]),
+    ("-( 5 + 2 )", ["-(5 + 2)", "-(7)", "-7"]),  # the value under the sign shown before the sign is applied
+    ("-( -( -1 - -7 ) )", ["-(-(-1 - (-7)))", "-(-(6))", "-(-6)", "6"]),
+    ("2 * (3 + 4) - -1", ["(2 * (3 + 4)) - (-1)", "(2 * 7) - (-1)", "14 - (-1)", "15"]),
+    ("1 / 2 + 1", ["(1 / 2) + 1", "(1/2) + 1", "3/2"]),
+    ("7", ["7"]),
+])
+def test_worked_steps_reduce_one_operation_at_a_time_and_every_step_keeps_the_value(expression, steps):
+    assert worked_steps(expression) == steps
+    assert {evaluate(s) for s in steps} == {evaluate(expression)}
+
+
+def test_worked_steps_refuse_what_the_evaluator_refuses():
+    with pytest.raises(ArithmeticFault, match="unsupported element"):
+        worked_steps("x + 1")
+
+
+def test_worked_solutions_score_full_marks_under_the_strictest_math_reward():
+    rows = [{"expression": e, "answer": str(evaluate(e))} for e in ("-3 - 4", "-( -( -1 - -7 ) )", "( 0 - -8 )")]
+    texts = [worked_solution(r) for r in rows]
+    assert texts[0] == "-3 - 4 = -7. \\boxed{-7}"
+    scores = math_correctness(texts, [r["answer"] for r in rows], lambda *a, **k: None, answer_form="literal",
+                              check_working=True)
+    assert scores == [1.0, 1.0, 1.0]
+
+
+def test_every_training_row_of_the_math_default_gets_a_demonstration_its_rewards_pay_in_full():
+    config = REPO / "recipes" / "configs" / "math_cpu.yaml"
+    recipe, *_ = parse_recipe_args(["--config", str(config), "--demonstration_field", WORKED_SOLUTION])
+    train, _ = load_splits(recipe)
+    funcs, _ = registry.compile_rewards(recipe.reward_specs, registry.available())
+    texts = [[{"role": "assistant", "content": t}] for t in train[WORKED_SOLUTION]]
+    for spec, func in zip(recipe.reward_specs, funcs):
+        assert func(texts, answer=train["answer"], log_metric=lambda *a: None) == [1.0] * len(train), spec.name
+
+
+def test_no_worked_solution_where_the_gold_is_not_the_expression_value_or_there_is_no_expression():
+    assert worked_solution({"expression": "7 / 2", "answer": "3"}) is None  # a floored gold: it would score 0
+    assert worked_solution({"question": "What is 2 + 2?", "answer": "4"}) is None
+
+
+def _run(model_dir, run_env, *extra: str):
+    out, tracks = run_env / "out", run_env / "trackio"
+    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(model_dir, out, 2),
+           "--eval_heldout", "false", "--trackio_dir", str(tracks), "--run_name", "demo", "--report_to", "trackio",
+           "--log_completions", "true", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
+    return proc, out, tracks
+
+
+def test_unsolved_groups_train_on_the_worked_solution_and_the_metrics_stay_the_policys(tiny_model_dir, run_env):
+    proc, out, tracks = _run(tiny_model_dir, run_env, "--demonstration_field", "worked_solution")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    with sqlite3.connect(tracks / "grpo-recipes-math.db") as con:
+        logs = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics ORDER BY id")]
+    logs = [r for r in logs if "train/loss" in r]
+    # A random tiny model solves nothing: every group gets its demonstration, and none of them counts as a sample.
+    assert [r["train/frac_groups_demonstrated"] for r in logs] == [1.0, 1.0]
+    assert all(r["train/rewards/math_correctness/sampled_mean"] == 0.0 for r in logs)
+    assert all(r["train/rewards/math_correctness/mean"] == 0.25 for r in logs)  # TRL's: one row in four
+    table = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
+    shown = table[table["demonstration"]]
+    assert len(shown) == len(table) // 4  # the last of each group of 4
+    for _, row in shown.iterrows():
+        expression = row["prompt"][-1]["content"][len("Calculate "):-1]
+        expected = worked_solution({"expression": expression, "answer": str(evaluate(expression))})
+        assert row["completion"][0]["content"] == expected
+        assert row["math_correctness"] == 1.0 and row["advantage"] > 0
+    assert (table[~table["demonstration"]]["advantage"] < 0).all()
+
+
+def test_a_demonstration_column_missing_from_the_rows_is_a_start_up_error(tiny_model_dir, run_env):
+    proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_field", "solution")
+    assert proc.returncode != 0
+    assert "demonstration_field: 40 of 40 training rows have no 'solution' text" in proc.stderr
