@@ -14,7 +14,6 @@ from grpo_recipes import registry
 from grpo_recipes.arithmetic import ArithmeticFault, evaluate, worked_steps
 from grpo_recipes.data import WORKED_SOLUTION, load_splits, worked_solution
 from grpo_recipes.parsing import parse_recipe_args
-from rewards.math import math_correctness
 
 
 @pytest.mark.parametrize("expression, steps", [
@@ -40,8 +39,9 @@ def test_worked_solutions_score_full_marks_under_the_strictest_math_reward():
     rows = [{"expression": e, "answer": str(evaluate(e))} for e in ("-3 - 4", "-( -( -1 - -7 ) )", "( 0 - -8 )")]
     texts = [worked_solution(r) for r in rows]
     assert texts[0] == "-3 - 4 = -7. \\boxed{-7}"
-    scores = math_correctness(texts, [r["answer"] for r in rows], lambda *a, **k: None, answer_form="literal",
-                              check_working=True)
+    spec = registry.RewardSpec("math_correctness", 1.0, {"answer_form": "literal", "check_working": True})
+    funcs, _ = registry.compile_rewards([spec], registry.available())
+    scores = funcs[0](texts, answer=[r["answer"] for r in rows], log_metric=lambda *a: None)
     assert scores == [1.0, 1.0, 1.0]
 
 
