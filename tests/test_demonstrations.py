@@ -2,6 +2,7 @@
 its last completion; `rewards/<name>/sampled_mean` stays the sampled completions' alone."""
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -70,7 +71,8 @@ def _run(model_dir, run_env, *extra: str):
 
 
 def test_unsolved_groups_train_on_the_worked_solution_and_the_metrics_stay_the_policys(tiny_model_dir, run_env):
-    proc, out, tracks = _run(tiny_model_dir, run_env, "--demonstration_field", "worked_solution")
+    proc, out, tracks = _run(tiny_model_dir, run_env, "--demonstration_field", "worked_solution",
+                             "--demonstrate_unsolved_groups", "true")
     assert proc.returncode == 0, proc.stderr[-4000:]
     with sqlite3.connect(tracks / "grpo-recipes-math.db") as con:
         logs = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics ORDER BY id")]
@@ -94,3 +96,56 @@ def test_a_demonstration_column_missing_from_the_rows_is_a_start_up_error(tiny_m
     proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_field", "solution")
     assert proc.returncode != 0
     assert "demonstration_field: 40 of 40 training rows have no 'solution' text" in proc.stderr
+
+
+def test_warmup_steps_train_on_the_demonstrations_then_grpo_takes_over(tiny_model_dir, run_env):
+    proc, out, tracks = _run(tiny_model_dir, run_env, "--max_steps", "3", "--demonstration_field", "worked_solution",
+                             "--demonstrate_unsolved_groups", "false", "--demonstration_warmup_steps", "2",
+                             "--demonstration_warmup_learning_rate", "1e-3", "--learning_rate", "1e-6")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    logs = _train_logs(tracks)
+    assert sorted(logs) == [1, 2, 3]
+    warm, grpo = [logs[1], logs[2]], logs[3]
+    assert all("train/reward" not in r and r["train/learning_rate"] == 1e-3 for r in warm)
+    assert "train/demonstration_warmup/nll" not in grpo and grpo["train/learning_rate"] == 1e-6
+    assert "train/reward" in grpo and "train/frac_groups_demonstrated" not in grpo  # GRPO, on-policy
+    # Supervised steps on other rows of the same form: the second batch is already likelier than the first was.
+    assert warm[1]["train/demonstration_warmup/nll"] < warm[0]["train/demonstration_warmup/nll"]
+    tables = sorted(p.name for p in (out / "completions").glob("*.parquet"))
+    assert tables == ["completions_00003.parquet"]  # the warm-up generated nothing
+    assert "demonstration" not in pd.read_parquet(out / "completions" / tables[0]).columns
+
+
+def test_warmup_without_a_demonstration_column_or_grpo_steps_is_a_start_up_error(tiny_model_dir, run_env):
+    proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_warmup_steps", "2")
+    assert proc.returncode != 0
+    assert "demonstration_warmup_steps: trains on demonstration_field, which is unset" in proc.stderr
+    assert "demonstration_warmup_steps: 2 of max_steps 2 leaves no GRPO step" in proc.stderr
+
+
+def test_a_run_resumed_inside_the_warmup_continues_its_rows_and_learning_rates(tiny_model_dir, run_env):
+    warmup = ["--max_steps", "3", "--demonstration_field", "worked_solution", "--demonstrate_unsolved_groups",
+              "false", "--demonstration_warmup_steps", "2", "--demonstration_warmup_learning_rate", "1e-3",
+              "--learning_rate", "1e-6", "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "5"]
+    proc, out, tracks = _run(tiny_model_dir, run_env, *warmup)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    straight = _train_logs(tracks)
+    # The same run stopped after step 1: its checkpoint, resumed, must train steps 2 and 3 as the straight run did.
+    resumed_out = run_env / "resumed"
+    shutil.copytree(out / "checkpoint-1", resumed_out / "checkpoint-1")
+    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, resumed_out, 2),
+           "--eval_heldout", "false", "--trackio_dir", str(run_env / "trackio2"), "--run_name", "demo",
+           "--report_to", "trackio", *warmup, "--resume"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    again = _train_logs(run_env / "trackio2")
+    assert sorted(again) == [2, 3]
+    assert again[2]["train/learning_rate"] == 1e-3 and again[3]["train/learning_rate"] == 1e-6
+    assert again[2]["train/demonstration_warmup/nll"] == pytest.approx(straight[2]["train/demonstration_warmup/nll"],
+                                                                       rel=1e-4)
+
+
+def _train_logs(tracks) -> dict[int, dict]:
+    with sqlite3.connect(tracks / "grpo-recipes-math.db") as con:
+        rows = [(s, json.loads(m)) for s, m in con.execute("SELECT step, metrics FROM metrics ORDER BY id")]
+    return {s: m for s, m in rows if "train/loss" in m}

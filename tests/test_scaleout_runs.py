@@ -17,7 +17,9 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
            str(REPO / "accelerate_configs/cpu_ddp.yaml"), str(REPO / "recipes/math_grpo.py"),
            *tiny_run_args(tiny_model_dir, out, 2, "--eval_heldout", "false", "--use_cpu", "true",
                           "--skip_zero_advantage_batches", "true", "--share_prompt_forward", "true",
-                          "--demonstration_field", "worked_solution",
+                          "--demonstration_field", "worked_solution", "--demonstrate_unsolved_groups", "true",
+                          # one supervised warm-up step first, each process on its own rows, then two GRPO steps
+                          "--max_steps", "3", "--demonstration_warmup_steps", "1",
                           # 6 rows a process, groups of 4: the middle group's rows are split between the processes.
                           "--per_device_train_batch_size", "6")]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
@@ -26,7 +28,7 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = [json.loads(m) for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-math")]
     steps = [r["train/global_step"] for r in records if "train/loss" in r]
-    assert steps == [1, 2]  # one writer: each step logged once, not once per process
+    assert steps == [1, 2, 3]  # one writer: each step logged once, not once per process
     assert (out / "model.safetensors").is_file()
     # The default config's skip_zero_advantage_batches is for one process: off here, and said so.
     assert "skip_zero_advantage_batches: off in this run: 2 processes would each" in proc.stderr
@@ -36,7 +38,9 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     assert not any("train/frac_rows_prompt_shared" in r for r in records)
     # Demonstrations work across processes: the process holding a group's last row puts the demonstration there
     # (a random tiny model solves nothing), and the table, gathered in process order, shows one per group of 4.
-    assert [r["train/frac_groups_demonstrated"] for r in records if "train/loss" in r] == [1.0, 1.0]
+    warmup, *grpo = [r for r in records if "train/loss" in r]
+    assert warmup["train/demonstration_warmup/nll"] > 0 and "train/reward" not in warmup
+    assert [r["train/frac_groups_demonstrated"] for r in grpo] == [1.0, 1.0]
     table = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
     assert table["demonstration"].tolist() == [i % 4 == 3 for i in range(12)] * 2
 
