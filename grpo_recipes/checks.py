@@ -272,7 +272,7 @@ def demonstration_warmup_problems(recipe, grpo) -> list[str]:
                         "correct completions")
     if 0 < grpo.max_steps <= steps:
         problems.append(f"demonstration_warmup_steps: {steps} of max_steps {grpo.max_steps} leaves no GRPO step. "
-                        "Fix: fewer warm-up steps, or more max_steps")
+                        "Fix: fewer warm-up steps (--demonstration_warmup_steps 0 for none), or more max_steps")
     if not recipe.demonstration_warmup_learning_rate > 0:
         problems.append(f"demonstration_warmup_learning_rate: {recipe.demonstration_warmup_learning_rate:g}; "
                         "it must be > 0 (sft_math_cpu.yaml uses 3e-5)")

@@ -1,7 +1,7 @@
 """SFT warm-up that teaches the answer format before GRPO; its output folder is the GRPO recipe's model.
 
     accelerate launch recipes/sft_warmup.py                                            # CPU default, offline
-    accelerate launch recipes/math_grpo.py --model_name_or_path outputs/sft_math       # GRPO from the warm-up
+    accelerate launch recipes/math_grpo.py --model_name_or_path outputs/sft_math --demonstration_warmup_steps 0
     accelerate launch recipes/sft_warmup.py --sft_format think_boxed --output_dir outputs/sft_think
     accelerate launch recipes/sft_warmup.py --sft_traces_path traces.jsonl             # distilled traces
 """

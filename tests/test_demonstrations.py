@@ -6,6 +6,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from conftest import REPO, tiny_run_args
 from grpo_recipes import registry
 from grpo_recipes.arithmetic import ArithmeticFault, evaluate, worked_steps
+from grpo_recipes.checks import demonstration_warmup_problems
 from grpo_recipes.data import WORKED_SOLUTION, load_splits, worked_solution
 from grpo_recipes.parsing import parse_recipe_args
 
@@ -117,7 +119,7 @@ def test_warmup_steps_train_on_the_demonstrations_then_grpo_takes_over(tiny_mode
 
 
 def test_warmup_without_a_demonstration_column_or_grpo_steps_is_a_start_up_error(tiny_model_dir, run_env):
-    proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_warmup_steps", "2")
+    proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_warmup_steps", "2", "--demonstration_field", "")
     assert proc.returncode != 0
     assert "demonstration_warmup_steps: trains on demonstration_field, which is unset" in proc.stderr
     assert "demonstration_warmup_steps: 2 of max_steps 2 leaves no GRPO step" in proc.stderr
@@ -149,3 +151,22 @@ def _train_logs(tracks) -> dict[int, dict]:
     with sqlite3.connect(tracks / "grpo-recipes-math.db") as con:
         rows = [(s, json.loads(m)) for s, m in con.execute("SELECT step, metrics FROM metrics ORDER BY id")]
     return {s: m for s, m in rows if "train/loss" in m}
+
+
+@pytest.mark.parametrize("steps, field_, max_steps, lr, problem", [
+    (-1, WORKED_SOLUTION, 30, 3e-5, "demonstration_warmup_steps: -1; a number of optimiser steps, 0 for none"),
+    (24, None, 30, 3e-5, "demonstration_warmup_steps: trains on demonstration_field, which is unset. Fix: "
+                         "--demonstration_field worked_solution"),
+    (24, WORKED_SOLUTION, 10, 3e-5, "demonstration_warmup_steps: 24 of max_steps 10 leaves no GRPO step. Fix: fewer "
+                                    "warm-up steps (--demonstration_warmup_steps 0 for none)"),
+    (24, WORKED_SOLUTION, 30, 0.0, "demonstration_warmup_learning_rate: 0; it must be > 0"),
+])
+def test_warmup_settings_that_cannot_work_are_named_with_their_fix(steps, field_, max_steps, lr, problem):
+    recipe = SimpleNamespace(demonstration_warmup_steps=steps, demonstration_field=field_,
+                             demonstration_warmup_learning_rate=lr)
+    problems = demonstration_warmup_problems(recipe, SimpleNamespace(max_steps=max_steps))
+    assert len(problems) == 1 and problems[0].startswith(problem)
+    # max_steps -1 (train for num_train_epochs) leaves the GRPO steps to the epochs: not an error
+    assert demonstration_warmup_problems(SimpleNamespace(demonstration_warmup_steps=24, demonstration_field=field_ or
+                                                         WORKED_SOLUTION, demonstration_warmup_learning_rate=3e-5),
+                                         SimpleNamespace(max_steps=-1)) == []
