@@ -1,5 +1,6 @@
 # The README's two commands; each sets up whatever is missing first (scripts/setup.sh):
-#   make run    train the default math recipe (recipes/math_grpo.py: CPU, offline, a few minutes on 2 cores)
+#   make run    train the default math recipe (recipes/math_grpo.py: an sft stage, then GRPO; CPU, offline; its
+#               time and memory: README.md, Quick start)
 #   make test   run the default test suite (.ci/run calls this)
 # Recipe or pytest arguments: make run ARGS="--max_steps 30", make test ARGS="-m slow". Set-up alone: make setup.
 

@@ -95,7 +95,7 @@ def main() -> None:
     instrument()
     work = Path(tempfile.mkdtemp(prefix="diag_bench_"))
     steps = args.steps or (3 if args.real else 6)
-    argv = ["--output_dir", str(work / "out"), "--max_steps", str(steps), "--demonstration_warmup_steps", "0",
+    argv = ["--output_dir", str(work / "out"), "--max_steps", str(steps), "--stages", '["grpo"]',
             "--save_strategy", "no",
             "--report_to", "none", "--eval_every_steps", str(args.eval_every_steps)]
     if args.real:

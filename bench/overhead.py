@@ -30,7 +30,7 @@ def trial(side: str, steps: int, model: str | None, out: Path) -> dict:
 
     from grpo_recipes import runner
 
-    argv = ["--max_steps", str(steps), "--demonstration_warmup_steps", "0", "--output_dir", str(out),
+    argv = ["--max_steps", str(steps), "--stages", '["grpo"]', "--output_dir", str(out),
             "--report_to", "none", "--save_strategy", "no",
             "--eval_heldout", "false", "--logging_steps", "1"]
     if model:

@@ -107,7 +107,7 @@ def run_arm(steps: int, out: Path, argv: list[str], eval_rows: int | None) -> di
         (HeldOutEvalCallback, "_evaluate", "eval"),
     ]:
         prof.wrap(owner, method, name)
-    flags = ["--max_steps", str(steps), "--demonstration_warmup_steps", "0", "--eval_every_steps", str(steps),
+    flags = ["--max_steps", str(steps), "--stages", '["grpo"]', "--eval_every_steps", str(steps),
              "--output_dir", str(out),
              "--overwrite_output_dir", "true", "--save_strategy", "no", "--report_to", "none", *argv]
     flags += ["--eval_size", str(eval_rows)] if eval_rows else []

@@ -34,7 +34,7 @@ VARIANTS: dict[str, list[str]] = {
     "default": [],
     # TRL's own GRPOConfig defaults for the knobs the recipe tunes (same data, rewards, model, length).
     "trl_defaults": ["--learning_rate", "1e-6", "--lr_scheduler_type", "linear", "--epsilon_high", "0.2",
-                     "--beta", "0.0", "--loss_type", "dapo", "--temperature", "1.0"],
+                     "--beta", "0.0", "--loss_type", "dapo", "--temperature", "1.0", "--stages", '["grpo"]'],
     "lr_1e-4": ["--learning_rate", "1e-4"],
     "lr_3e-5": ["--learning_rate", "3e-5"],
     "lr_3e-4": ["--learning_rate", "3e-4"],

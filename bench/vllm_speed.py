@@ -77,7 +77,7 @@ def trial(arm: str, config: Path, steps: int, out: Path) -> dict:
 
     from grpo_recipes import runner
 
-    argv = ["--config", str(config), "--max_steps", str(steps), "--demonstration_warmup_steps", "0",
+    argv = ["--config", str(config), "--max_steps", str(steps), "--stages", '["grpo"]',
             "--output_dir", str(out / "run"), "--report_to",
             "none", "--save_strategy", "no", "--eval_heldout", "false", "--logging_steps", "1"]
     server = None

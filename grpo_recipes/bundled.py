@@ -1,7 +1,7 @@
-"""Where the files shipped with grpo-recipes are: the rewards, the tools, and the recipe configs with their data files.
+"""Where the files shipped with grpo-recipes are: the rewards, tools and tasks, and the recipe configs with their data.
 
 In a checkout (and an editable install) they are the repository's rewards/ and recipes/ folders. A wheel carries
-copies inside the package, grpo_recipes/bundled_rewards, bundled_tools and bundled_recipes (pyproject.toml), because
+copies inside the package, grpo_recipes/bundled_rewards, bundled_tools, bundled_tasks and bundled_recipes (pyproject.toml), because
 the repository is not there after `pip install grpo-recipes`. A leaf: it imports nothing from the package.
 """
 
@@ -27,6 +27,11 @@ def tools_dir() -> Path:
     return _shipped("bundled_tools", "tools")
 
 
+def tasks_dir() -> Path:
+    """The shipped task files (tasks/*.py)."""
+    return _shipped("bundled_tasks", "tasks")
+
+
 def recipes_dir() -> Path:
     """The shipped recipes folder: configs/*.yaml, and data/ that the configs name relative to themselves."""
     return _shipped("bundled_recipes", "recipes")
@@ -35,3 +40,10 @@ def recipes_dir() -> Path:
 def recipe_config(recipe: str) -> Path:
     """A recipe's default CPU config, e.g. recipes/configs/math_cpu.yaml for `math`."""
     return recipes_dir() / "configs" / f"{recipe}_cpu.yaml"
+
+
+def recipe_names() -> list[str]:
+    """The GRPO recipes that have a default CPU config (`<name>_cpu.yaml`), e.g. ["agent", "code", "json", "math"].
+    The SFT warm-up's configs (sft_*_cpu.yaml, for recipes/sft_warmup.py) are not GRPO recipes and are left out."""
+    names = (p.name.removesuffix("_cpu.yaml") for p in (recipes_dir() / "configs").glob("*_cpu.yaml"))
+    return sorted(n for n in names if not n.startswith("sft_"))

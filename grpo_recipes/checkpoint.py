@@ -50,6 +50,7 @@ from .signals import SignalStop, any_process
 logger = logging.getLogger("grpo_recipes")
 
 SENTINEL = "checkpoint_complete.json"
+STAGES_DIR = "stages"  # where a run's earlier stages train (stages.py): part of the run in output_dir
 RUN_INFO = "grpo_recipes_run.json"  # the Trackio project/run name, so a resumed run logs to the same run
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _TRAINER_STATE = "trainer_state.json"
@@ -203,7 +204,9 @@ def output_dir_problems(recipe, training) -> list[str]:
         return problems
     if recipe.resume or recipe.overwrite_output_dir:
         return problems
+    stage_root = out / STAGES_DIR
     existing = [p.name for _, p in checkpoint_dirs(out)]
+    existing += [f"{STAGES_DIR}/{p.name}" for p in sorted(stage_root.iterdir())] if stage_root.is_dir() else []
     if existing:
         shown = ", ".join(existing[-3:]) + (" ..." if len(existing) > 3 else "")
         problems.append(
@@ -224,6 +227,7 @@ class RunPlan:
     incomplete: list[tuple[Path, str]] = field(default_factory=list)  # removed before training
     discard: list[Path] = field(default_factory=list)  # --overwrite_output_dir: earlier checkpoints, removed
     replace_metrics: bool = False  # Trackio rows of this run after start_step are deleted (they will be re-logged)
+    step_offset: int = 0  # the run's steps before this stage's (stages.py): Trackio rows are at offset + step
 
 
 def plan_run(recipe, training) -> RunPlan:
@@ -355,8 +359,10 @@ def start(trainer, plan: RunPlan, training) -> Session:
             if tracking.storage_mode() != "sqlite":
                 logger.warning("Trackio stores to JSONL fragments here (network filesystem?), which cannot be "
                                "pruned: steps after %d may appear twice in Trackio", plan.start_step)
-            # A fresh start (overwrite, or resume with no checkpoint) replaces everything, step-0 evaluation included.
-            after = plan.start_step if plan.resume_from is not None else -1
+            # A fresh start (overwrite, or resume with no checkpoint) replaces everything, step-0 evaluation included;
+            # a later stage keeps what the stages before it logged.
+            resumed = plan.resume_from is not None or plan.step_offset
+            after = plan.step_offset + plan.start_step if resumed else -1
             removed = tracking.prune_metrics(tracking.project_db(training.project), training.run_name, after)
             if removed:
                 logger.info("Trackio: removed %d rows of run %s logged after step %d; they are re-logged as the run "

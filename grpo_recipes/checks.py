@@ -1,10 +1,11 @@
 """Start-up checks: everything that can be checked before a model is loaded, reported together.
 
-`collect` is the one entry point, used by the runner for GRPO and SFT alike. It runs twice:
+`collect` is the entry point for the run's flat keys (its last stage, GRPO or SFT); `stage_problems` checks an sft
+stage's own settings, for each earlier stage too (the runner prefixes them with `stages[i]`). `collect` runs twice:
 1. on the config alone (nothing loaded): the data settings (data.check_data_args), the rewards list and their
    params' values (registry.check_specs), reward roles and evaluation settings, ranges and the string choices TRL
    only checks deep inside a training step, the output directory versus resume/overwrite (not when nothing is
-   trained: `grpo-recipes eval`), Trackio grouping, vLLM (vllm_support); for the SFT warm-up its own settings;
+   trained: `grpo-recipes eval`), Trackio grouping, vLLM (vllm_support); an sft stage's own settings;
 2. once the data is loaded and the run is planned: the reward columns against the dataset, enough distinct prompts
    for one generation batch, and a fresh start into a Trackio run that already has metrics.
 Out-of-the-ordinary but legal values are warnings (logged), not errors. Bad values and unknown keys are found earlier,
@@ -26,7 +27,7 @@ import torch
 from . import checkpoint, registry, tools, tracking, vllm_support
 from .config import SFT_FORMATS
 from .tool_templates import TOOL_TEMPLATE_CHOICES
-from .data import WORKED_SOLUTION, check_data_args
+from .data import check_data_args
 from .registry import choice_hint
 
 logger = logging.getLogger("grpo_recipes")
@@ -57,7 +58,7 @@ def collect(recipe, training, model_args=None, known: Mapping[str, registry.Rewa
     """
     known = registry.available(recipe.reward_dirs or ()) if known is None else known
     grpo, warmup = _is_grpo(training), _is_warmup(training)
-    scores_held_out = warmup and training.format_eval  # the warm-up uses its rewards on held-out answers only
+    scores_held_out = warmup and recipe.eval_heldout  # an sft-only run uses its rewards on held-out answers only
     needs_rewards = not warmup or scores_held_out or recipe.reward_specs
     if data is None:
         problems = check_data_args(recipe)
@@ -75,6 +76,8 @@ def collect(recipe, training, model_args=None, known: Mapping[str, registry.Rewa
         problems += demonstration_problems(recipe, train)
     elif scores_held_out and held_out is not None:
         problems += registry.check_specs(recipe.reward_specs, known, columns=held_out.column_names)
+    if warmup:
+        problems += stage_problems(recipe, training, train)
     if plan is not None:
         problems += metric_history_problems(plan, training)
     return problems
@@ -131,9 +134,11 @@ def static_checks(recipe, training, model_args=None, training_output: bool = Tru
     warnings: list[str] = []
     if _is_grpo(training):
         grpo_checks(training, errors, warnings)
-        errors += demonstration_warmup_problems(recipe, training)
     if _is_warmup(training):
-        errors += warmup_problems(recipe, training)
+        errors += stage_problems(recipe, training)
+        if recipe.eval_heldout and recipe.eval_max_new_tokens is None:
+            errors.append("eval_max_new_tokens: an sft-only run has no max_completion_length to evaluate with; set "
+                          "it (the GRPO recipe's max_completion_length), or eval_heldout: false")
     errors += tool_problems(recipe, training)
     if recipe.trackio_group and not tracking.enabled(training):
         errors.append(f"trackio_group: '{recipe.trackio_group}' groups Trackio runs, but report_to is "
@@ -157,7 +162,7 @@ def tool_problems(recipe, training) -> list[str]:
     tool_list, uses_tools = recipe.tools or [], bool(recipe.tools or recipe.environment)
     if not isinstance(tool_list, list):
         return []
-    trajectories = _is_warmup(training) and training.sft_format == "tool_trajectory"
+    trajectories = _is_warmup(training) and training.sft_format == "tool_trajectory" and not training.sft_traces_path
     if not (uses_tools or recipe.gold_check_tool or trajectories):
         return []
     try:
@@ -173,8 +178,6 @@ def tool_problems(recipe, training) -> list[str]:
     if recipe.environment is not None and recipe.eval_heldout and _is_grpo(training):
         problems.append("environment: the held-out evaluation runs standalone tools only (rollout.py builds no "
                         "environment instances); set eval_heldout: false and evaluate with the environment's reward")
-    if trajectories and not tool_list:
-        problems.append("sft_format: tool_trajectory renders a call to the first configured tool; set `tools`")
     return problems
 
 
@@ -215,21 +218,35 @@ def grpo_checks(grpo, errors: list[str], warnings: list[str]) -> None:
             errors.append(f"{name}: '{value}' is not one of {', '.join(choices)}{choice_hint(value, choices)}")
 
 
-def warmup_problems(recipe, cfg) -> list[str]:
-    """The SFT warm-up's own settings (config.WarmupConfig)."""
+def stage_problems(recipe, cfg, train=None) -> list[str]:
+    """An sft stage's own settings (config.SFTStageConfig); with `train`, the training rows it reads."""
     problems = []
+    if not cfg.learning_rate > 0:
+        problems.append(f"learning_rate: {cfg.learning_rate:g}; it must be > 0 (the math default's sft stage uses "
+                        "3e-5)")
     if cfg.sft_format not in SFT_FORMATS:
-        problems.append(f"sft_format: '{cfg.sft_format}' is not one of {', '.join(SFT_FORMATS)}")
-    if cfg.sft_traces_path and not Path(cfg.sft_traces_path).is_file():
-        problems.append(f"sft_traces_path: no such file {cfg.sft_traces_path}")
-    if not cfg.sft_traces_path and not recipe.answer_field:
-        problems.append("answer_field: rendered SFT targets need gold answers; set answer_field or pass "
-                        "sft_traces_path")
+        problems.append(f"sft_format: '{cfg.sft_format}' is not one of {', '.join(SFT_FORMATS)}"
+                        f"{choice_hint(cfg.sft_format, SFT_FORMATS)}")
+    if cfg.sft_traces_path:
+        if not Path(cfg.sft_traces_path).is_file():
+            problems.append(f"sft_traces_path: no such file {cfg.sft_traces_path}")
+        return problems
+    if cfg.sft_format == "demonstration":
+        field_ = recipe.demonstration_field
+        if not field_:
+            problems.append("demonstration_field: the sft stage trains on it (sft_format demonstration), and it is "
+                            "unset. Fix: a task that sets it (task: arithmetic sets worked_solution), a column of "
+                            "correct completions, another sft_format, or sft_traces_path")
+        elif train is not None:
+            problems += _demonstration_column(field_, train)
+    elif not recipe.answer_field:
+        problems.append(f"answer_field: sft_format {cfg.sft_format} renders gold answers; set answer_field or "
+                        "pass sft_traces_path")
+    if cfg.sft_format == "tool_trajectory" and not recipe.tools:
+        problems.append("sft_format: tool_trajectory renders a call to the first configured tool; set `tools`")
     if cfg.sft_format == "tool_trajectory" and not cfg.assistant_only_loss:
         problems.append("assistant_only_loss: must be true with sft_format tool_trajectory, or the tool results "
                         "(which the model never writes) are trained on as its own text")
-    if cfg.format_eval_max_new_tokens < 1 or cfg.format_eval_batch_size < 1:
-        problems.append("format_eval_max_new_tokens/format_eval_batch_size: must be >= 1")
     return problems
 
 
@@ -259,38 +276,24 @@ def data_problems(grpo, train) -> list[str]:
     return []
 
 
-def demonstration_warmup_problems(recipe, grpo) -> list[str]:
-    steps = recipe.demonstration_warmup_steps
-    if not steps:
-        return []
-    if steps < 0:
-        return [f"demonstration_warmup_steps: {steps}; a number of optimiser steps, 0 for none"]
-    problems = []
-    if not recipe.demonstration_field:
-        problems.append("demonstration_warmup_steps: trains on demonstration_field, which is unset. Fix: "
-                        f"--demonstration_field {WORKED_SOLUTION} (reasoning-gym arithmetic) or a column of "
-                        "correct completions")
-    if 0 < grpo.max_steps <= steps:
-        problems.append(f"demonstration_warmup_steps: {steps} of max_steps {grpo.max_steps} leaves no GRPO step. "
-                        "Fix: fewer warm-up steps (--demonstration_warmup_steps 0 for none), or more max_steps")
-    if not recipe.demonstration_warmup_learning_rate > 0:
-        problems.append(f"demonstration_warmup_learning_rate: {recipe.demonstration_warmup_learning_rate:g}; "
-                        "it must be > 0 (sft_math_cpu.yaml uses 3e-5)")
-    return problems
-
-
 def demonstration_problems(recipe, train) -> list[str]:
     field_ = recipe.demonstration_field
     if not field_:
         return []
     if recipe.uses_tools:
         return ["demonstration_field: a demonstration is one text, not a tool episode; unset it for tool recipes"]
+    if not recipe.demonstrate_unsolved_groups:
+        return []  # the column serves an sft stage only, which checks it (stage_problems)
+    return _demonstration_column(field_, train)
+
+
+def _demonstration_column(field_: str, train) -> list[str]:
     values = train[field_] if field_ in train.column_names else [None] * len(train)
     missing = sum(not (isinstance(v, str) and v.strip()) for v in values)
     if missing:
         return [f"demonstration_field: {missing} of {len(train)} training rows have no '{field_}' text. Fix: a "
-                f"dataset column with a correct completion for every row, or '{WORKED_SOLUTION}' for reasoning-gym "
-                "arithmetic rows (it is built from each row's expression)"]
+                "dataset column with a correct completion for every row, or a task whose rows have one (task: "
+                "arithmetic builds worked_solution from each row's expression)"]
     return []
 
 

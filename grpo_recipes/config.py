@@ -1,9 +1,11 @@
-"""Recipe configuration dataclasses: RecipeArguments (what a recipe trains on and how it is scored) and WarmupConfig
-(TRL's SFTConfig plus the SFT warm-up's own settings). Dataclasses only: reading YAML and flags into them is
-parsing.py's job, checking their values together is checks.py's.
+"""Recipe configuration dataclasses: RecipeArguments (what a recipe trains on, in which stages, and how it is
+scored) and SFTStageConfig (TRL's SFTConfig plus what an `sft` stage trains on). Dataclasses only: reading YAML and
+flags into them is parsing.py's job, checking their values together is checks.py's, building each stage's config
+is stages.py's.
 
-A recipe's YAML is flat, as in TRL: every key is a field of RecipeArguments, of the training config (GRPOConfig, or
-WarmupConfig for the warm-up) or of ModelConfig. `rewards:` is a list of {name, weight, params}.
+A recipe's YAML is flat, as in TRL: every key is a field of RecipeArguments, of the last stage's training config
+(GRPOConfig, or SFTStageConfig for a run whose last stage is `sft`) or of ModelConfig. `rewards:` is a list of
+{name, weight, params}; `stages:` a list of {name, ...settings of that stage's trainer}.
 """
 
 from __future__ import annotations
@@ -17,14 +19,24 @@ from trl import SFTConfig
 from .registry import RewardSpec
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SFT_FORMATS = ("boxed", "think_boxed", "tool_trajectory")
+SFT_FORMATS = ("demonstration", "boxed", "think_boxed", "tool_trajectory")
+STAGE_NAMES = ("sft", "grpo")
 
 
 @dataclass
 class RecipeArguments:
     """What a recipe trains on and how it is scored. GRPO/optimiser settings live in GRPOConfig."""
 
-    # Data
+    # Task and data
+    task: str | None = field(
+        default=None,
+        metadata={"help": "A task by name (tasks/*.py, `task_dirs`; docs/tasks.md): its data source, prompt, "
+                          "demonstrations, rewards and held-out set, as defaults the config's own keys override. "
+                          "Unset: the data settings below alone."},
+    )
+    task_dirs: list[str] | None = field(
+        default=None, metadata={"help": "Extra folders of task files, searched before ./tasks and the shipped ones."}
+    )
     dataset_source: str = field(
         default="reasoning_gym",
         metadata={"help": "Where prompts come from: `reasoning_gym` (procedural), `hub` (a Hub dataset) or `file`."},
@@ -45,11 +57,6 @@ class RecipeArguments:
     )
     eval_path: str | None = field(
         default=None, metadata={"help": "Separate local file of held-out rows (dataset_source=file)."}
-    )
-    eval_source: str | None = field(
-        default=None,
-        metadata={"help": "A named held-out set that replaces the carved-out split: `humaneval` (held out only, never "
-                          "trained on)."},
     )
     question_field: str = field(default="question", metadata={"help": "Column holding the question text."})
     answer_field: str | None = field(
@@ -74,6 +81,16 @@ class RecipeArguments:
         metadata={"help": "Worked examples, as earlier chat turns before each question: a list of {question, "
                           "completion}; the user turn is prompt_template filled from the example. An example's "
                           "question must not be a held-out question."},
+    )
+    # Stages (grpo_recipes/stages.py)
+    stages: list | str | None = field(
+        default=None,
+        metadata={"help": "The run's stages, in order, each by TRL's own trainer: a list of {name, ...} with name "
+                          "`sft` (SFTTrainer on demonstration_field, sft_traces_path or sft_format targets) or "
+                          "`grpo`. The flat keys configure the last stage; an earlier stage takes the flat training "
+                          "settings its config shares (seed, logging, saving, precision; not the learning rate, "
+                          "schedule, batch size or steps) and its entry sets the rest, e.g. "
+                          "[{name: sft, max_steps: 24, learning_rate: 3e-5}, {name: grpo}]. Unset: [{name: grpo}]."},
     )
     # Rewards
     rewards: list | str | None = field(
@@ -105,7 +122,8 @@ class RecipeArguments:
         default=None,
         metadata={"help": "Drop rows whose gold answer this tool disagrees with: the tool is called with the row's "
                           "`expression` (reasoning-gym: from its metadata). reasoning-gym floors some divisions, so a "
-                          "correct calculator answer would score 0 there. The number dropped is logged."},
+                          "correct calculator answer would score 0 there. The number dropped is logged. Read by the "
+                          "task that knows its rows' expressions (task: arithmetic)."},
     )
     max_cpu_minutes: float | None = field(
         default=None,
@@ -133,8 +151,8 @@ class RecipeArguments:
     )
     demonstration_field: str | None = field(
         default=None,
-        metadata={"help": "A training-row column holding a correct completion (`worked_solution`: built for "
-                          "reasoning-gym arithmetic rows from their expression, "
+        metadata={"help": "A training-row column holding a correct completion (`worked_solution`: the arithmetic "
+                          "task builds it for each row from its expression, "
                           "`-(5 + 2) = -(7) = -7. \\boxed{-7}`). A group that none of its sampled completions "
                           "solves (correctness_reward at correctness_threshold) gets the demonstration in place of "
                           "its last completion, so a question the policy never solves still teaches (off-policy "
@@ -146,21 +164,7 @@ class RecipeArguments:
         default=True,
         metadata={"help": "With demonstration_field: put the demonstration in place of a completion in every group "
                           "none of whose completions solves its question (above). False keeps GRPO on-policy and "
-                          "uses the column only for demonstration_warmup_steps."},
-    )
-    demonstration_warmup_steps: int = field(
-        default=0,
-        metadata={"help": "The first N optimiser steps are supervised fine-tuning on demonstration_field (the "
-                          "cross-entropy of each row's correct completion after its prompt; no generation, no "
-                          "rewards), then GRPO trains: a cold start, as DeepSeek-R1's before its RL. Each micro-batch "
-                          "takes per_device_train_batch_size rows of a seeded shuffle of the training rows. The steps "
-                          "count in max_steps, max_cpu_minutes and checkpoints; learning_rate's schedule starts "
-                          "after them. Logged as demonstration_warmup/nll; no completions table for them."},
-    )
-    demonstration_warmup_learning_rate: float = field(
-        default=3.0e-5,
-        metadata={"help": "Learning rate of the demonstration_warmup_steps (constant). Supervised steps want more "
-                          "than GRPO's: 25 steps of 8 rows at 3e-5 are sft_math_cpu.yaml's warm-up."},
+                          "leaves the column to an sft stage (`stages`)."},
     )
     peft_learning_rate: float | None = field(
         default=1.0e-4,
@@ -280,7 +284,7 @@ class RecipeArguments:
                                        "baseline (and below 0.05 absolute at least)."}
     )
     alert_tool_result_used_min: float = field(
-        default=0.3, metadata={"help": "Alerts: tool results ignored when at least 20% of episodes call a tool but fewer "
+        default=0.3, metadata={"help": "Alerts: tool results ignored when a fifth or more of episodes call a tool but fewer "
                                        "than this share of those answer with a tool's result."}
     )
 
@@ -299,6 +303,15 @@ class RecipeArguments:
             self.environment = _json_field("environment", self.environment, dict)
         if isinstance(self.tool_dirs, str):
             self.tool_dirs = [self.tool_dirs]
+        if isinstance(self.task_dirs, str):
+            self.task_dirs = [self.task_dirs]
+        self.stages = _json_field("stages", self.stages, list) or [{"name": "grpo"}]
+        for i, entry in enumerate(self.stages):
+            if isinstance(entry, str):
+                self.stages[i] = entry = {"name": entry}
+            if not (isinstance(entry, dict) and entry.get("name") in STAGE_NAMES):
+                raise ValueError(f"stages[{i}]: expected a mapping with `name` one of {', '.join(STAGE_NAMES)}, "
+                                 f"got {entry!r}")
 
     @property
     def uses_tools(self) -> bool:
@@ -317,29 +330,19 @@ def _json_field(name: str, value: Any, kind: type) -> Any:
 
 
 @dataclass
-class WarmupConfig(SFTConfig):
-    """SFTConfig plus the SFT warm-up's own settings (grpo_recipes/sft.py, docs/sft.md)."""
+class SFTStageConfig(SFTConfig):
+    """SFTConfig plus what an `sft` stage trains on (grpo_recipes/sft.py, docs/sft.md)."""
 
     sft_format: str = field(
-        default="boxed",
-        metadata={"help": "Target format: `boxed` (a reasoning line, then \\boxed{answer}), `think_boxed` "
-                          "(the line inside <think>...</think>, then \\boxed{answer}) or `tool_trajectory` (a call "
-                          "to the first configured tool with the row's expression, its real result, then "
-                          "\\boxed{answer}; needs `tools`)."},
+        default="demonstration",
+        metadata={"help": "Target of each training row: `demonstration` (the row's demonstration_field column), "
+                          "`boxed` (a reasoning line, then \\boxed{answer}), `think_boxed` (the line inside "
+                          "<think>...</think>, then \\boxed{answer}) or `tool_trajectory` (a call to the first "
+                          "configured tool with the row's expression, its real result, then \\boxed{answer}; needs "
+                          "`tools`). Ignored with sft_traces_path."},
     )
     sft_traces_path: str | None = field(
         default=None,
         metadata={"help": "JSONL of distilled traces ({question, completion} per line) to train on instead of "
-                          "rendered gold answers; held-out questions are dropped."},
-    )
-    format_eval: bool = field(
-        default=True,
-        metadata={"help": "Greedy-decode the held-out split before and after SFT, score it with the configured "
-                          "rewards; write format_eval.json."},
-    )
-    format_eval_max_new_tokens: int = field(default=48, metadata={"help": "Generation budget per held-out prompt."})
-    format_eval_batch_size: int = field(default=16, metadata={"help": "Prompts generated together in format eval."})
-    format_eval_max_tool_iterations: int = field(
-        default=2, metadata={"help": "With tools: rounds of tool calls per held-out episode (the GRPO recipe's "
-                                     "max_tool_calling_iterations)."}
+                          "the rows' targets; held-out questions are dropped."},
     )

@@ -17,7 +17,7 @@ from .errors import ConfigError
 
 # Config-file fields that name input files or folders: a relative path there is relative to the config file.
 # (output_dir, trackio_dir and model_cache_dir are where a run writes: relative to where it is started.)
-PATH_FIELDS = ("dataset_path", "eval_path", "reward_dirs", "sft_traces_path")
+PATH_FIELDS = ("dataset_path", "eval_path", "reward_dirs", "tool_dirs", "task_dirs", "sft_traces_path")
 
 
 def split_config_arg(argv: Sequence[str], default_config: Path | None = None) -> tuple[Path | None, list[str]]:
@@ -67,4 +67,7 @@ def resolve_paths(config: dict[str, Any], config_path: Path) -> dict[str, Any]:
     for key in set(PATH_FIELDS) & config.keys():
         value = config[key]
         config[key] = [resolve(v) for v in value] if isinstance(value, list) else resolve(value)
+    for entry in config.get("stages") or ():  # a stage's own settings: {name: sft, sft_traces_path: traces.jsonl}
+        if isinstance(entry, dict):
+            resolve_paths(entry, config_path)
     return config

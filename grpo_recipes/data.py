@@ -1,5 +1,8 @@
 """Dataset source -> disjoint train / held-out splits of chat prompts with the gold answer in `answer`.
 
+What is generic: the sources (reasoning_gym, hub, file), the gold-answer column, the prompt template and the split.
+What a task knows (its own rows, held-out set, demonstrations and row checks) comes from its task file (task.py).
+
 Disjointness is by construction: rows are grouped by normalised question text and every group goes wholly to one
 side, so the same question can never be trained on and evaluated on, even when a source repeats it.
 """
@@ -16,16 +19,12 @@ from pathlib import Path
 import reasoning_gym
 from datasets import Dataset, load_dataset
 
-from . import arithmetic, tools
 from .config import RecipeArguments
-from .tasks.humaneval import load_humaneval
+from .task import Task, load
 
 logger = logging.getLogger("grpo_recipes")
 
 SOURCES = ("reasoning_gym", "hub", "file")
-# Named held-out sets: functions returning rows with `question` (+ whatever their rewards read).
-EVAL_SOURCES = {"humaneval": load_humaneval}
-WORKED_SOLUTION = "worked_solution"  # the column worked_solution() fills when demonstration_field names it
 FILE_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -60,10 +59,6 @@ def check_data_args(args: RecipeArguments) -> list[str]:
     if args.dataset_source == "reasoning_gym":
         if args.gym_task not in reasoning_gym.factory.DATASETS:
             problems.append(f"gym_task: unknown reasoning-gym task '{args.gym_task}' (e.g. basic_arithmetic, chain_sum)")
-    if args.eval_source and args.eval_source not in EVAL_SOURCES:
-        problems.append(f"eval_source: '{args.eval_source}' is not one of {', '.join(EVAL_SOURCES)}")
-    if args.eval_source and (args.eval_split or args.eval_path):
-        problems.append("eval_source: set either eval_source or eval_split/eval_path, not both")
     try:
         fields_ = template_fields(args.prompt_template)
     except ValueError as exc:
@@ -89,42 +84,6 @@ def _gym_rows(args: RecipeArguments) -> list[dict]:
     return [
         {"question": e["question"], "answer": str(e["answer"]), "gym_entry": json.dumps(e, default=str)} for e in data
     ]
-
-
-def row_expression(row: dict) -> str | None:
-    """The row's expression: its `expression` column, or a reasoning-gym row's metadata expression."""
-    if isinstance(row.get("expression"), str):
-        return row["expression"]
-    entry = row.get("gym_entry")
-    meta = (json.loads(entry) if isinstance(entry, str) else entry or {}).get("metadata") or {}
-    return meta.get("expression") if isinstance(meta.get("expression"), str) else None
-
-
-def worked_solution(row: dict) -> str | None:
-    """A correct completion in the math recipe's answer format, for a row with an arithmetic expression whose value
-    is the gold: the expression reduced one operation at a time, then the boxed value."""
-    expression = row_expression(row)
-    if expression is None:
-        return None
-    try:
-        steps = arithmetic.worked_steps(expression)
-        if arithmetic.evaluate(steps[-1]) != arithmetic.evaluate(str(row["answer"])):
-            return None  # reasoning-gym floors some divisions: a demonstration must score, so none where they differ
-    except arithmetic.ArithmeticFault:
-        return None
-    return f"{' = '.join(steps)}. \\boxed{{{steps[-1]}}}"
-
-
-def gold_checked(rows: list[dict], args: RecipeArguments) -> list[dict]:
-    """Rows whose gold `gold_check_tool` confirms (the tool's result on the row's expression is the gold answer)."""
-    if not args.gold_check_tool:
-        return rows
-    check = tools.build_tools([args.gold_check_tool], tools.available(args.tool_dirs or ()))[0]
-    kept = [r for r in rows if (e := row_expression(r)) is not None and check(e).strip() == str(r["answer"]).strip()]
-    if len(kept) < len(rows):
-        logger.info("gold_check_tool: dropped %d of %d rows whose gold answer %s disagrees with (or that have no "
-                    "expression)", len(rows) - len(kept), len(rows), args.gold_check_tool)
-    return kept
 
 
 def _hub_rows(args: RecipeArguments, split: str) -> list[dict]:
@@ -187,9 +146,24 @@ def split_rows(rows: list[dict], eval_rows: list[dict] | None, args: RecipeArgum
     return train, eval_out
 
 
+def _prepared(rows: list[dict], args: RecipeArguments, task: Task | None) -> list[dict]:
+    rows = [r for r in (_normalise(r, args) for r in rows) if r is not None]
+    if task is None:
+        return rows
+    kept = [r for r in (task.prepare(r, args) for r in rows) if r is not None]
+    if len(kept) < len(rows):
+        logger.info("task %s: dropped %d of %d rows", args.task, len(rows) - len(kept), len(rows))
+    return kept
+
+
 def load_splits(args: RecipeArguments):
-    """-> (train, eval) as datasets.Dataset with `prompt` (chat messages), `question`, `answer` and source columns."""
-    if args.dataset_source == "reasoning_gym":
+    """-> (train, eval) as datasets.Dataset with `prompt` (chat messages), `question`, `answer` and source columns.
+    The configured task's own rows, held-out set and row preparation (task.py) take the generic ones' place."""
+    task = load(args)
+    own = task.rows(args) if task is not None else None
+    if own is not None:
+        rows, eval_rows = own, None
+    elif args.dataset_source == "reasoning_gym":
         rows, eval_rows = _gym_rows(args), None
     elif args.dataset_source == "hub":
         rows = _hub_rows(args, args.dataset_split)
@@ -197,11 +171,12 @@ def load_splits(args: RecipeArguments):
     else:
         rows = _file_rows(args.dataset_path)
         eval_rows = _file_rows(args.eval_path) if args.eval_path else None
-    if args.eval_source:
-        eval_rows = EVAL_SOURCES[args.eval_source]()
-    rows = gold_checked([r for r in (_normalise(r, args) for r in rows) if r is not None], args)
+    held_out = task.held_out(args) if task is not None else None
+    if held_out is not None:
+        eval_rows = held_out
+    rows = _prepared(rows, args, task)
     if eval_rows is not None:
-        eval_rows = gold_checked([r for r in (_normalise(r, args) for r in eval_rows) if r is not None], args)
+        eval_rows = _prepared(eval_rows, args, task)
     train, held_out = split_rows(rows, eval_rows, args)
     leaked = {question_key(ex["question"]) for ex in args.few_shot or ()} & {question_key(r["question"]) for r in held_out}
     if leaked:
@@ -210,9 +185,6 @@ def load_splits(args: RecipeArguments):
     if not train:
         raise ValueError("dataset: no training rows left after removing held-out questions; raise train_size or "
                          "check question_field/answer_regex")
-    if args.demonstration_field == WORKED_SOLUTION:
-        for r in train:
-            r.setdefault(WORKED_SOLUTION, worked_solution(r))
     for r in (*train, *held_out):
         r["prompt"] = to_prompt(r, args)
     return Dataset.from_list(_jsonable(train)), Dataset.from_list(_jsonable(held_out)) if held_out else None

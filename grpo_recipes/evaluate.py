@@ -1,10 +1,9 @@
 """Held-out evaluation with the recipe's own verifier: greedy pass@1, sampled pass@k, format rate, mean length.
 
 Used three ways, all through `evaluate`:
-- during GRPO training, `HeldOutEvalCallback` evaluates the policy at train start (a resumed run takes over the
-  evaluations its checkpoint recorded instead), every `eval_every_steps` and at the end, logs `eval_pass@1` etc.
-  through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
-- the SFT warm-up's greedy format check before and after training (sft.py, with k=0: no samples);
+- during training, `HeldOutEvalCallback` evaluates the policy at the run's start (a resumed run takes over the
+  evaluations its checkpoint recorded instead), every `eval_every_steps` and at the end of each stage, logs
+  `eval_pass@1` etc. through the trainer (Trackio shows `eval/pass@1`), and writes `eval_summary.json`;
 - `grpo-recipes eval --recipe math --model PATH` (cli/eval.py) evaluates any checkpoint on a recipe's held-out split.
 Prompts are tokenised as TRL's GRPOTrainer tokenises them for generation, so what is evaluated is what is trained.
 
@@ -15,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+from contextlib import nullcontext
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from accelerate.utils import gather_object
-from transformers import DynamicCache, GenerationConfig, TrainerCallback
+from transformers import DynamicCache, GenerationConfig, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models import unwrap_model_for_generation
 
@@ -51,18 +51,20 @@ class EvalSettings:
 
     @classmethod
     def from_configs(cls, recipe, grpo, k: int | None = None) -> EvalSettings:
+        """From the recipe and the run's GRPOConfig; an sft-only run's SFTConfig has no generation settings: the
+        sampling ones are then TRL's GRPO defaults and the length is eval_max_new_tokens (checks.py requires it)."""
         return cls(
             k=k or recipe.eval_k,
             max_new_tokens=recipe.eval_max_new_tokens or grpo.max_completion_length,
             batch_size=recipe.eval_generation_batch_size,
-            temperature=grpo.temperature,
-            top_p=grpo.top_p,
-            top_k=grpo.top_k,
-            min_p=grpo.min_p,
-            repetition_penalty=grpo.repetition_penalty,
+            temperature=getattr(grpo, "temperature", 1.0),
+            top_p=getattr(grpo, "top_p", 1.0),
+            top_k=getattr(grpo, "top_k", 0),
+            min_p=getattr(grpo, "min_p", None),
+            repetition_penalty=getattr(grpo, "repetition_penalty", 1.0),
             threshold=recipe.correctness_threshold,
             seed=grpo.seed,
-            chat_template_kwargs=grpo.chat_template_kwargs,
+            chat_template_kwargs=getattr(grpo, "chat_template_kwargs", None),
             max_tool_iterations=getattr(grpo, "max_tool_calling_iterations", None),
         )
 
@@ -286,62 +288,81 @@ def eos_token_ids(model, tokenizer) -> list[int]:
 
 
 class HeldOutEvalCallback(TrainerCallback):
-    """Evaluates the training policy on the held-out rows at train start, every N steps and at the end.
+    """Evaluates the training policy on the held-out rows at the run's start, every N steps and at the end of each
+    stage (stages.py), at the run's steps: the stage's own step plus `offset`, the steps of the stages before it.
 
-    Each checkpoint keeps the evaluations made up to its step, and the first one's per-row records (HISTORY_FILE). A
-    run resumed from one takes them over instead of evaluating again at its start: the earlier run's evaluations up to
-    that step are in Trackio already (checkpoint.start removes only those after it), and eval_summary.json, its
-    paired gain and eval_completions.jsonl still start at step 0.
+    The evaluations so far (`carried`: the history, the first one's per-row records and each stage end's) travel
+    with the run: into each checkpoint (HISTORY_FILE) and a finished stage's marker. A resumed stage, or the next
+    stage, takes them over (`carry`) instead of evaluating again at its start: the earlier evaluations are in Trackio
+    already (checkpoint.start removes only those after the resumed step). The last stage's end writes
+    eval_summary.json, with the paired gain over the run and over each stage, and eval_completions.jsonl.
     """
 
     HISTORY_FILE = "heldout_evaluations.json"
 
     def __init__(self, trainer, rows: list[dict], correctness, fmt, settings: EvalSettings, every: int,
-                 output_dir: str, resume_from: str | Path | None = None):
+                 output_dir: str, resume_from: str | Path | None = None, *, offset: int = 0,
+                 carry: dict | None = None, stage: str = "grpo", last: bool = True):
         self.trainer, self.rows, self.correctness, self.fmt = trainer, rows, correctness, fmt
         self.settings, self.every, self.output_dir = settings, every, Path(output_dir)
         self.resume_from = Path(resume_from) if resume_from else None
+        self.offset, self.stage, self.last = offset, stage, last
         self.history: list[dict] = []
         self._first: list[dict] | None = None  # per-row records of the first and the latest evaluation, for the paired
         self._latest: list[dict] | None = None  # gain and the completions file written at the end
+        self._stage_ends: list[dict] = []  # {"stage", "step", "records"} at the end of each finished stage
+        self._carry = carry
         self._done = False
 
     @classmethod
-    def from_recipe(cls, trainer, recipe, held_out, funcs, resume_from: str | Path | None = None
-                    ) -> HeldOutEvalCallback:
+    def from_recipe(cls, trainer, recipe, held_out, funcs, resume_from: str | Path | None = None, *,
+                    training=None, tools: list | None = None, **kwargs) -> HeldOutEvalCallback:
+        """`training`: the config whose sampling settings the evaluation uses (the last stage's; default the
+        trainer's own)."""
         correctness, fmt = reward_roles(recipe, funcs)
-        settings = EvalSettings.from_configs(recipe, trainer.args)
-        # GRPOTrainer.tools: the guarded tools (None without); a stand-in trainer may not have the attribute at all
-        settings.tools = list(getattr(trainer, "tools", None) or []) or None
+        settings = EvalSettings.from_configs(recipe, training or trainer.args)
+        # GRPOTrainer.tools: the guarded tools (None without); a stand-in trainer may not have the attribute at all,
+        # and an sft stage's trainer has none: `tools` then gives the run's
+        settings.tools = tools or list(getattr(trainer, "tools", None) or []) or None
         return cls(trainer, held_out.to_list(), correctness, fmt, settings, recipe.eval_every_steps,
-                   trainer.args.output_dir, resume_from)
+                   (training or trainer.args).output_dir, resume_from, **kwargs)
+
+    def carried(self) -> dict:
+        return {"history": self.history, "first_records": self._first, "latest_records": self._latest,
+                "stage_ends": self._stage_ends}
+
+    def _take_over(self, kept: dict) -> None:
+        self.history, self._first = kept["history"], kept["first_records"]
+        self._latest = kept.get("latest_records") or self._first
+        self._stage_ends = kept.get("stage_ends") or []
 
     def on_train_begin(self, args, state, control, **kwargs):
         saved = self.resume_from / self.HISTORY_FILE if self.resume_from else None
         if saved is not None and saved.is_file():
-            kept = json.loads(saved.read_text())
-            self.history, self._first = kept["history"], kept["first_records"]
-            return
-        self._evaluate(state, "start")
+            self._take_over(json.loads(saved.read_text()))
+        elif self._carry is not None:
+            self._take_over(self._carry)
+        else:
+            self._evaluate(state, "start")
 
     def on_save(self, args, state, control, **kwargs):
         # Before checkpoint.CheckpointCallback.on_save (added after this callback) marks the checkpoint complete.
         if state.is_world_process_zero:
             path = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}" / self.HISTORY_FILE
-            # The first evaluation's per-row records too: the paired gain and the completions file compare with them.
-            kept = {"history": self.history, "first_records": self._first}
-            path.write_text(json.dumps(kept, indent=1, ensure_ascii=False) + "\n")
+            path.write_text(json.dumps(self.carried(), indent=1, ensure_ascii=False) + "\n")
 
     def on_step_end(self, args, state, control, **kwargs):
         final = control.should_training_stop or state.global_step >= state.max_steps
-        if self._done or not (final or (self.every > 0 and state.global_step % self.every == 0)):
+        step = self.offset + state.global_step
+        if self._done or not (final or (self.every > 0 and step % self.every == 0)):
             return
         should_log = control.should_log
-        self._evaluate(state, "end" if final else "periodic")
+        self._evaluate(state, ("end" if self.last else f"end of {self.stage}") if final else "periodic")
         control.should_log = should_log  # logging the evaluation resets it: the step's training log must still happen
         if final:
             self._done = True
-            if state.is_world_process_zero:
+            self._stage_ends.append({"stage": self.stage, "step": step, "records": self._latest})
+            if self.last and state.is_world_process_zero:
                 self._write_summary()
 
     def _evaluate(self, state, when: str) -> None:
@@ -350,27 +371,37 @@ class HeldOutEvalCallback(TrainerCallback):
         mine = self.rows[acc.process_index :: acc.num_processes]  # each process evaluates its share
         # The same unwrapping (DeepSpeed ZeRO-3 gathering, FSDP full params) as TRL's own generation step. With
         # ds3_gather_for_generation=False, ZeRO-3 forwards are collective and uneven shares would hang: not supported.
-        gather = tr.args.ds3_gather_for_generation
+        gather = getattr(tr.args, "ds3_gather_for_generation", True)
         with (
             unwrap_model_for_generation(tr.model_wrapped, acc, gather_deepspeed3_params=gather) as model,
-            tr._dist.summon_full_params(tr.model_wrapped, recurse=False),
+            _full_params(tr),
         ):
+            eos = getattr(tr, "eos_token_ids", None) or eos_token_ids(model, tr.processing_class)
             records, seconds = evaluate(model, tr.processing_class, mine, self.correctness, self.fmt, self.settings,
-                                        tr.eos_token_ids, tr.chat_template, state) if mine else ([], 0.0)
+                                        eos, getattr(tr, "chat_template", None), state) if mine else ([], 0.0)
         records = gather_object(records) if acc.num_processes > 1 else records
         if self._first is None:
             self._first = records
         self._latest = records
         result = summarise(records, self.settings, self.fmt is not None, seconds)
-        self.history.append({"step": state.global_step, "when": when, **asdict(result)})
-        logger.info("held-out eval (%s, step %d): %s in %.1fs", when, state.global_step, result.as_logs(), seconds)
-        tr.log_now(result.as_logs())
+        step = self.offset + state.global_step
+        self.history.append({"step": step, "when": when, **asdict(result)})
+        logger.info("held-out eval (%s, step %d): %s in %.1fs", when, step, result.as_logs(), seconds)
+        log = getattr(tr, "log_now", None)  # RecipeTrainer's: leaves TRL's pending training metrics alone
+        log(result.as_logs()) if log else Trainer.log(tr, result.as_logs())
 
     def _write_summary(self) -> None:
         start, end = self.history[0], self.history[-1]
         gain = paired_gain(self._first, self._latest, self.settings.threshold)
         summary = {"rows": end["rows"], "k": self.settings.k, "start": start, "end": end, "greedy_gain": gain,
                    "evaluations": self.history}
+        if len(self._stage_ends) > 1:  # what each stage added, paired by question
+            before, start_step, stages = self._first, start["step"], []
+            for end_ in self._stage_ends:
+                stages.append({"stage": end_["stage"], "from_step": start_step, "to_step": end_["step"],
+                               "greedy_gain": paired_gain(before, end_["records"], self.settings.threshold)})
+                before, start_step = end_["records"], end_["step"]
+            summary["stages"] = stages
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         # What the model learned, question by question: the greedy completions before and after.
@@ -383,6 +414,17 @@ class HeldOutEvalCallback(TrainerCallback):
                                     "end": {"step": end["step"], "correct": b["greedy"], "completion": b["completion"]}},
                                    ensure_ascii=False) + "\n")
         self.trainer.accelerator.print(format_before_after(start, end, gain))
+        for s in summary.get("stages", ()):
+            g = s["greedy_gain"]
+            if g is not None:
+                self.trainer.accelerator.print(f"  stage {s['stage']:<5} steps {s['from_step']}-{s['to_step']}: "
+                                               f"pass@1 {g['gain']:+.3f} +- {g['se']:.3f} SE (paired)")
+
+
+def _full_params(trainer):
+    """FSDP's full parameters for generation, as GRPOTrainer gathers them; other trainers need none here."""
+    dist = getattr(trainer, "_dist", None)
+    return dist.summon_full_params(trainer.model_wrapped, recurse=False) if dist is not None else nullcontext()
 
 
 def paired_gain(first: list[dict], last: list[dict], threshold: float) -> dict | None:

@@ -29,9 +29,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
-from trl import GRPOConfig, ModelConfig, TrlParser
+from trl import ModelConfig, TrlParser
 
-from . import checks
+from . import checks, stages, task
 from .batching import batch_problems, num_processes
 from .checks import choice_hint
 from .config import RecipeArguments
@@ -68,15 +68,16 @@ def device_defaults() -> dict[str, bool]:
 
 
 def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None = None, training_cls=None):
-    """argv + YAML -> (RecipeArguments, training config, ModelConfig, config path). Unknown keys are errors.
+    """argv + YAML -> (RecipeArguments, training config, ModelConfig, config path). Unknown keys are errors. The
+    configured task's defaults (task.py) fill the RecipeArguments fields that neither the file nor the flags set.
 
-    The training config is GRPOConfig unless `training_cls` names another TRL config (WarmupConfig for the SFT
-    warm-up).
+    The training config is the last stage's (stages.CONFIGS: GRPOConfig for grpo, SFTStageConfig for sft) unless
+    `training_cls` names one.
     """
-    training_cls = training_cls or GRPOConfig
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path, argv = split_config_arg(argv, default_config)
     config = resolve_paths(read_yaml(config_path), config_path) if config_path else {}
+    training_cls = training_cls or stages.CONFIGS[stages.final_stage(config, argv)]
     for key, value in (config.pop("env", None) or {}).items():
         os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
     known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}
@@ -93,6 +94,12 @@ def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None
     if flags or rest:
         problems = [unknown_key_message(f, known, "command line") for f in flags] or [f"unexpected arguments {rest}"]
         raise ConfigError(problems)
+    # What the config file and the command line set: the task's defaults fill only the rest.
+    recipe.set_fields = frozenset(config) | {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
+    problems = task.problems(recipe)
+    if problems:
+        raise ConfigError(problems)
+    task.apply_defaults(recipe, task.load(recipe))
     return recipe, training, model, config_path
 
 

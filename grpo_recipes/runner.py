@@ -1,16 +1,18 @@
-"""The recipe runner: the composition root that GRPO recipes and the SFT warm-up share.
+"""The recipe runner: the composition root every recipe shares.
 
-    parse (parsing) -> check the config (checks) -> plan and name the run (checkpoint, tracking) -> data -> check
-    the data -> rewards (registry) -> model (models) -> trainer -> train, with complete checkpoints and SIGTERM/SIGINT
-    handled (checkpoint, signals) -> save
+    parse (parsing) -> check the config (checks) -> plan the stages (stages) -> plan and name the run (checkpoint,
+    tracking) -> data -> check the data -> rewards (registry) -> for each stage: model (models) -> the stage's TRL
+    trainer -> train, with complete checkpoints and SIGTERM/SIGINT handled (checkpoint, signals) -> save
 
 Everything that can be checked without loading a model is checked first, and all problems are reported together.
-What differs between GRPO and the warm-up (its training config, data, trainer and what it does around training)
-is a Stage: `Stage` itself is GRPO; sft.py's `WarmupStage` is the warm-up.
+What a kind of stage does (its dataset, its TRL trainer, what it does around training) is a stages.Stage:
+grpo_stage.GRPOStage and sft.SFTStage. stages.py says how the stages share one output folder, one Trackio run and
+one step axis.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -21,105 +23,41 @@ from pathlib import Path
 from typing import Any
 
 from accelerate import PartialState
-from transformers import AutoTokenizer
-from trl import GRPOConfig, get_peft_config
 
-from . import checkpoint, checks, registry, tools, tracking
-from .alerts import AlertCallback, AlertConfig, default_detectors, tool_detectors
+from . import checkpoint, checks, registry, stages, tools, tracking
 from .budget import CpuBudget
 from .config import RecipeArguments
 from .data import load_splits
-from .diagnostics import correctness_index
 from .errors import ConfigError, RewardFailureRateExceeded
 from .evaluate import HeldOutEvalCallback
+from .grpo_stage import GRPOStage
 from .models import prepare_model
 from .parsing import parse_recipe_args
+from .sft import SFTStage
 from .signals import exit_code
-from .tool_templates import ToolTemplateError, prepare_tokenizer
-from .trainer import RecipeTrainer, diagnostics_spec
+from .stages import Stage
 
 logger = logging.getLogger("grpo_recipes")
 
 
-class Stage:
-    """GRPO. A subclass overrides what another training stage does differently (sft.WarmupStage); one instance
-    serves one run, so it may keep state between its hooks."""
-
-    training_cls: type = GRPOConfig
-
-    def load_data(self, recipe: RecipeArguments, training) -> tuple[Any, Any]:
-        """-> (training dataset, held-out dataset or None)."""
-        return load_splits(recipe)
-
-    def run_label(self, training) -> list[str]:
-        """The settings a derived run name shows, after the recipe and model names."""
-        eps = f"{training.epsilon:g}" + (f"-{training.epsilon_high:g}" if training.epsilon_high else "")
-        return [f"lr{training.learning_rate:g}", f"eps{eps}", f"beta{training.beta:g}", f"seed{training.seed}"]
-
-    def describe(self, run: Run) -> str:
-        held_out = len(run.held_out) if run.held_out is not None else 0
-        return f"data: {len(run.train)} train rows, {held_out} held-out rows"
-
-    def configure(self, run: Run) -> None:
-        """Last settings on the training config once the rewards are compiled."""
-        run.training.reward_weights = [s.weight for s in run.recipe.reward_specs]
-
-    def make_trainer(self, run: Run, model_path: str):
-        return RecipeTrainer(
-            model=model_path,
-            reward_funcs=run.funcs,
-            args=run.training,
-            train_dataset=run.train,
-            peft_config=get_peft_config(run.model_args),
-            diagnostics=diagnostics_spec(run.recipe, run.training, run.funcs),
-            skip_zero_advantage=run.recipe.skip_zero_advantage_batches,
-            share_prompt=run.recipe.share_prompt_forward,
-            demonstration_field=run.recipe.demonstration_field,
-            demonstrate_unsolved=run.recipe.demonstrate_unsolved_groups,
-            warmup_steps=run.recipe.demonstration_warmup_steps,
-            warmup_lr=run.recipe.demonstration_warmup_learning_rate,
-            correctness=(correctness_index([f.__name__ for f in run.funcs], run.recipe.correctness_reward),
-                         run.recipe.correctness_threshold),
-            **tool_kwargs(run.recipe, model_path),
-        )
-
-    def callbacks(self, trainer, run: Run) -> list:
-        """The held-out evaluation and the alerts, as configured."""
-        recipe, out = run.recipe, []
-        if recipe.eval_heldout and run.held_out is not None and len(run.held_out):
-            out.append(HeldOutEvalCallback.from_recipe(trainer, recipe, run.held_out, run.funcs,
-                                                       run.plan.resume_from))
-        if recipe.alerts:
-            names = [f.__name__ for f in run.funcs]
-            correctness = names[correctness_index(names, recipe.correctness_reward)]
-            cfg = AlertConfig.from_recipe(recipe)
-            detectors = default_detectors(cfg, names, correctness, recipe.format_reward)
-            out.append(AlertCallback(detectors + (tool_detectors(cfg) if recipe.uses_tools else [])))
-        return out
-
-    def before_train(self, trainer, run: Run) -> None:
-        pass
-
-    def before_save(self, trainer, run: Run) -> None:
-        pass
-
-    def after_save(self, trainer, run: Run) -> None:
-        pass
-
-
 @dataclass
 class Run:
-    """What `prepare` produced: everything a trainer is built from, checked."""
+    """What `prepare` produced: everything the stages' trainers are built from, checked."""
 
     recipe_name: str
     recipe: RecipeArguments
-    training: Any  # GRPOConfig, or the stage's training config
+    training: Any  # the last stage's training config (the flat keys)
     model_args: Any  # trl.ModelConfig
     train: Any  # datasets.Dataset
     held_out: Any  # datasets.Dataset or None
     funcs: list[registry.CompiledReward]
-    plan: checkpoint.RunPlan | None  # None when prepared for evaluation only
-    stage: Stage
+    plan: checkpoint.RunPlan | None  # where the last stage starts; None when prepared for evaluation only
+    stages: list[Stage]
+
+    @property
+    def stage(self) -> Stage:
+        """The last stage: the one the flat keys configure."""
+        return self.stages[-1]
 
 
 class FaultLog:
@@ -136,29 +74,12 @@ class FaultLog:
                 f.write(json.dumps(record) + "\n")
 
 
-def tool_tokenizer(recipe: RecipeArguments, model_path: str):
-    """The tokenizer with the configured tool template and parser: on every start (also from an SFT'd folder or a
-    checkpoint), because the parser is an instance attribute that a saved tokenizer does not keep."""
-    try:
-        return prepare_tokenizer(AutoTokenizer.from_pretrained(model_path), recipe.tool_template)
-    except ToolTemplateError as exc:
-        raise ConfigError([str(exc)]) from None
-
-
-def tool_kwargs(recipe: RecipeArguments, model_path: str) -> dict:
-    """GRPOTrainer's tool arguments for a run with tools (none otherwise). The template is checked here, right after
-    the model is resolved and before its weights load; names and params were checked at start-up (checks.py)."""
-    if not recipe.uses_tools:
-        return {}
-    known = tools.available(recipe.tool_dirs or ())
-    return {"processing_class": tool_tokenizer(recipe, model_path),
-            "tools": tools.build_tools(recipe.tools, known),
-            "environment_factory": tools.build_environment(recipe.environment, tools.environments())}
+STAGE_KINDS: dict[str, type[Stage]] = {"sft": SFTStage, "grpo": GRPOStage}
 
 
 def default_run_name(recipe_name: str, model_name: str, training, stage: Stage | None = None) -> str:
     model = Path(model_name.rstrip("/")).name
-    return "-".join([recipe_name, model, *(stage or Stage()).run_label(training)])
+    return "-".join([recipe_name, model, *(stage or GRPOStage()).run_label(training)])
 
 
 def name_run(recipe_name: str, recipe: RecipeArguments, training, model_args, stage: Stage) -> None:
@@ -171,78 +92,139 @@ def name_run(recipe_name: str, recipe: RecipeArguments, training, model_args, st
         tracking.use_dir(recipe.trackio_dir)
 
 
-def prepare(recipe_name: str, argv: list[str] | None = None, default_config: Path | None = None,
-            stage: type[Stage] = Stage, *, for_training: bool = True) -> Run:
-    """Parse and check the config, plan and name the run, load the data, compile the rewards. Loads no model.
+def prepare(recipe_name: str | None, argv: list[str] | None = None, default_config: Path | None = None,
+            stage: type[Stage] | None = None, *, for_training: bool = True) -> Run:
+    """Parse and check the config, plan the stages and the run, load the data, compile the rewards. Loads no model.
 
-    `for_training=False` (`grpo-recipes eval`): nothing will be trained into output_dir, so its checks (checkpoints of
-    an earlier run, resume, Trackio history) are skipped and no run is planned (`Run.plan` is None)."""
-    stage = stage()
-    recipe, training, model_args, _ = parse_recipe_args(argv, default_config, training_cls=stage.training_cls)
+    `stage` forces a one-stage run of that kind (tests). `for_training=False` (`grpo-recipes eval`): nothing will be
+    trained into output_dir, so its checks (checkpoints of an earlier run, resume, Trackio history) are skipped and no
+    run is planned (`Run.plan` is None)."""
+    training_cls = stages.CONFIGS[stage.name] if stage is not None else None
+    recipe, training, model_args, config_path = parse_recipe_args(argv, default_config, training_cls=training_cls)
+    if recipe_name is None:  # recipes/train.py: any config, named after its task
+        if config_path is None:
+            raise ConfigError(["--config: recipes/train.py runs the config you name; pass --config my_task.yaml"])
+        recipe_name = recipe.task or config_path.stem
+    if stage is not None:
+        recipe.stages = [{"name": stage.name}]
     known = registry.available(recipe.reward_dirs or ())
     if recipe.format_reward is None:
         correctness = recipe.correctness_reward or (recipe.reward_specs[0].metric_name if recipe.reward_specs else None)
         recipe.format_reward = registry.default_format_reward(recipe.reward_specs, known, correctness)
         if recipe.format_reward:
             logger.info("format_reward: %s (the configured reward with role 'format')", recipe.format_reward)
-    problems = checks.collect(recipe, training, model_args, known, training_output=for_training)
+    plans, problems = stages.plan_stages(recipe, training)
+    problems += checks.collect(recipe, training, model_args, known, training_output=for_training)
+    for p in plans[:-1]:
+        problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training)]
     if problems:
         raise ConfigError(problems)
     if model_args.use_peft and recipe.peft_learning_rate:
         logger.info("use_peft: learning rate %g (peft_learning_rate) instead of %g", recipe.peft_learning_rate,
                     training.learning_rate)
         training.learning_rate = recipe.peft_learning_rate
-    # Where training starts (checkpoint, run name to continue); applied by checkpoint.start right before training.
+    # Where the run starts (checkpoint, run name to continue); applied by checkpoint.start right before training.
     plan = checkpoint.plan_run(recipe, training) if for_training else None
-    name_run(recipe_name, recipe, training, model_args, stage)
+    run_stages = [(stage or STAGE_KINDS[p.name])(p) for p in plans]
+    name_run(recipe_name, recipe, training, model_args, run_stages[-1])
+    stages.name_stages(plans, training)
     try:
-        train, held_out = stage.load_data(recipe, training)
+        train, held_out = load_splits(recipe)
     except (KeyError, ValueError) as exc:
         raise ConfigError([str(exc).strip("'\"")]) from None
     problems = checks.collect(recipe, training, model_args, known, data=(train, held_out), plan=plan)
+    for p in plans[:-1]:
+        problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training, train)]
     if problems:
         raise ConfigError(problems)
     funcs, _ = registry.compile_rewards(
         recipe.reward_specs, known, fault_log=FaultLog(Path(training.output_dir) / "reward_faults.jsonl"),
         max_failure_rate=recipe.max_reward_failure_rate, failure_window=recipe.reward_failure_window,
     )
-    run = Run(recipe_name, recipe, training, model_args, train, held_out, funcs, plan, stage)
-    stage.configure(run)
+    run = Run(recipe_name, recipe, training, model_args, train, held_out, funcs, plan, run_stages)
+    for s in run_stages:
+        s.configure(run)
     return run
 
 
-def build_trainer(run: Run):
-    """The model (resolved once per machine), the stage's trainer and its callbacks."""
-    model_path = prepare_model(run.model_args, run.training, run.recipe.model_cache_dir)
-    trainer = run.stage.make_trainer(run, model_path)
-    if tracking.enabled(run.training):  # before the stage's callbacks: the run starts before they log at train start
-        tracking.attach(trainer, run.recipe.trackio_group)
-    for callback in run.stage.callbacks(trainer, run):
+def build_trainer(run: Run, stage: Stage | None = None, model: str | None = None):
+    """The model (resolved once per machine, or an earlier stage's output), the stage's trainer and its callbacks."""
+    stage = stage or run.stage
+    training = stage.plan.training
+    model_path = model or prepare_model(run.model_args, training, run.recipe.model_cache_dir)
+    trainer = stage.make_trainer(run, model_path)
+    if tracking.enabled(training):  # before the stage's callbacks: the run starts before they log at train start
+        tracking.attach(trainer, run.recipe.trackio_group, offset=getattr(stage, "offset", 0))
+    for callback in stage.callbacks(trainer, run):
         trainer.add_callback(callback)
     return trainer
 
 
-def main(recipe_name: str, default_config: Path | None = None, argv: list[str] | None = None,
-         stage: type[Stage] = Stage) -> int:
-    """A recipe's entry point: -> the process exit code (2: bad config, 3: reward failures, 128+N: signal N)."""
+def main(recipe_name: str | None, default_config: Path | None = None, argv: list[str] | None = None,
+         stage: type[Stage] | None = None) -> int:
+    """A recipe's entry point: -> the process exit code (2: bad config, 3: reward failures, 128+N: signal N).
+    `recipe_name` None: the config's task names the run (recipes/train.py)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         run = prepare(recipe_name, argv, default_config, stage)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    logger.info(run.stage.describe(run))
-    try:
-        trainer = build_trainer(run)
-    except ConfigError as exc:  # the checks that need the tokenizer (tool template)
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    state = PartialState()  # Accelerate's process state, shared with the trainer's accelerator
+    state = PartialState()  # Accelerate's process state, shared with the trainers' accelerators
     logger.info("processes: %d (%s, %s)", state.num_processes, state.distributed_type.value, state.device)
-    code = train_and_save(trainer, run)
-    if trainer.accelerator.num_processes > 1:
+    logger.info("stages: %s", " -> ".join(f"{s.name} ({s.plan.training.max_steps} steps)" for s in run.stages))
+    budget = CpuBudget(run.recipe.max_cpu_minutes) if run.recipe.max_cpu_minutes else None
+    if run.recipe.overwrite_output_dir and state.is_main_process:
+        stages.discard(run.training.output_dir)
+    offset, carry, model, code, trainer = 0, None, None, 0, None
+    for s in run.stages:
+        finished = stages.done(s.plan) if run.recipe.resume else None
+        if finished:
+            logger.info("stage %s: finished at step %d; resuming after it", s.plan.label, finished["global_step"])
+            offset, carry, model = finished["global_step"], finished["evaluation"], s.plan.training.output_dir
+            continue
+        s.offset = offset
+        logger.info(s.describe(run))
+        try:
+            trainer = build_trainer(run, s, model)
+        except ConfigError as exc:  # the checks that need the tokenizer (tool template)
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        evaluation = attach_evaluation(trainer, run, s, carry)
+        code = train_and_save(trainer, run, s, budget)
+        if code != 0 or s.plan.last or budget_spent(budget):
+            break
+        offset = offset + trainer.state.global_step
+        carry = evaluation.carried() if evaluation is not None else None
+        if trainer.accelerator.is_main_process:
+            stages.mark_done(s.plan, offset, carry)
+        trainer.accelerator.wait_for_everyone()
+        model = s.plan.training.output_dir
+        del trainer, evaluation  # the next stage loads its model from the folder just saved
+        gc.collect()
+        trainer = None
+    if trainer is not None and trainer.accelerator.num_processes > 1:
         exit_without_teardown(code)  # while `trainer` still holds the DDP wrapper: see there
     return code
+
+
+def budget_spent(budget: CpuBudget | None) -> bool:
+    return budget is not None and budget.used_s >= budget.limit_s
+
+
+def attach_evaluation(trainer, run: Run, stage: Stage, carry: dict | None) -> HeldOutEvalCallback | None:
+    """The run's held-out evaluation on this stage's trainer: at the run's start, every eval_every_steps and at the
+    stage's end, with the last stage's sampling settings."""
+    recipe = run.recipe
+    if not (recipe.eval_heldout and run.held_out is not None and len(run.held_out)):
+        return None
+    plan = run.plan if stage.plan.last else checkpoint.plan_run(recipe, stage.plan.training)
+    guarded = tools.build_tools(recipe.tools, tools.available(recipe.tool_dirs or ())) if recipe.tools else None
+    callback = HeldOutEvalCallback.from_recipe(trainer, recipe, run.held_out, run.funcs, plan.resume_from,
+                                               training=run.training, tools=guarded, offset=stage.offset,
+                                               carry=carry, stage=stage.name, last=stage.plan.last)
+    trainer.add_callback(callback)
+    return callback
 
 
 def _reward_failure(trainer, exc: RewardFailureRateExceeded) -> int:
@@ -251,15 +233,19 @@ def _reward_failure(trainer, exc: RewardFailureRateExceeded) -> int:
     return 3
 
 
-def train_and_save(trainer, run: Run) -> int:
-    """Train, save and finish the trackers (trainer.end()); -> the process exit code."""
-    recipe, training, stage = run.recipe, run.training, run.stage
-    if recipe.max_cpu_minutes:
+def train_and_save(trainer, run: Run, stage: Stage | None = None, budget: CpuBudget | None = None) -> int:
+    """Train one stage, save it and finish the trackers (trainer.end()); -> the process exit code."""
+    stage = stage or run.stage
+    training = stage.plan.training
+    if budget is None and run.recipe.max_cpu_minutes:
+        budget = CpuBudget(run.recipe.max_cpu_minutes)
+    if budget is not None:
         # First in line: its clock must stop before other callbacks' step-end work (held-out eval) starts.
-        trainer.callback_handler.callbacks.insert(0, CpuBudget(recipe.max_cpu_minutes))
-    session = checkpoint.start(trainer, run.plan, training)  # checkpoint markers, retention, SIGTERM/SIGINT
+        trainer.callback_handler.callbacks.insert(0, budget)
+    plan = run.plan if stage.plan.last else checkpoint.plan_run(run.recipe, training)
+    plan.step_offset = getattr(stage, "offset", 0)
+    session = checkpoint.start(trainer, plan, training)  # checkpoint markers, retention, SIGTERM/SIGINT
     try:
-        stage.before_train(trainer, run)
         trainer.train(resume_from_checkpoint=str(session.plan.resume_from) if session.plan.resume_from else None)
     except RewardFailureRateExceeded as exc:
         return _reward_failure(trainer, exc)
@@ -271,11 +257,13 @@ def train_and_save(trainer, run: Run) -> int:
         return exit_code(session.interrupted)
     stage.before_save(trainer, run)
     trainer.save_model(training.output_dir)
-    trainer.accelerator.print(f"model saved to {training.output_dir}")
-    try:
-        stage.after_save(trainer, run)
-    except RewardFailureRateExceeded as exc:
-        return _reward_failure(trainer, exc)
+    trainer.accelerator.print(f"{stage.name} stage: model saved to {training.output_dir}")
+    if not stage.plan.last and budget_spent(budget):
+        trainer.save_model(run.training.output_dir)  # the stages after this one will not run: the run's model
+        trainer.accelerator.print(f"max_cpu_minutes spent in stage {stage.plan.label}: the run ends here; model "
+                                  f"saved to {run.training.output_dir}")
+    elif not stage.plan.last:
+        return 0  # the run goes on: its trackers and process group stay (trainer.end() would destroy the group)
     trainer.end()
     return 0
 

@@ -184,9 +184,10 @@ class TrackioRun(TrackioCallback):
     keeps only its epoch anyway.
     """
 
-    def __init__(self, group: str | None = None):
+    def __init__(self, group: str | None = None, offset: int = 0):
         super().__init__()
         self.group = group
+        self.offset = offset  # the run's steps before this trainer's stage (stages.py): one step axis for the run
         self._state = None  # the trainer's TrainerState: read at each log, as training moves it on
         self._in_step = False
 
@@ -202,14 +203,19 @@ class TrackioRun(TrackioCallback):
             run.group = self.group
             run.config[GROUP_KEY] = self.group
         log = run.log
-        run.log = lambda metrics, step=None: log(metrics, step=self.step_of(metrics, step))
+        run.log = lambda metrics, step=None: log(self.shifted(metrics), step=self.step_of(metrics, step))
 
     def step_of(self, metrics: dict, step: int | None) -> int:
         """The step a row is logged at: see the class docstring."""
         now = self._state.global_step + (1 if self._in_step else 0)
         if step is None or all(k.startswith(PROFILING_PREFIX) for k in metrics):
-            return now
-        return step
+            return self.offset + now
+        return self.offset + step
+
+    def shifted(self, metrics: dict) -> dict:
+        if self.offset and "train/global_step" in metrics:  # TrackioCallback's own copy of the step
+            return {**metrics, "train/global_step": self.offset + metrics["train/global_step"]}
+        return metrics
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._in_step = False
@@ -227,9 +233,10 @@ class TrackioRun(TrackioCallback):
         super().on_log(args, state, control, model=model, logs=logs, **kwargs)
 
 
-def attach(trainer, group: str | None = None) -> None:
-    """Put TrackioRun in place of the TrackioCallback that `report_to: trackio` gave `trainer`."""
+def attach(trainer, group: str | None = None, offset: int = 0) -> None:
+    """Put TrackioRun in place of the TrackioCallback that `report_to: trackio` gave `trainer`; its rows are logged
+    `offset` steps on (a later stage's, stages.py)."""
     if not any(isinstance(cb, TrackioCallback) for cb in trainer.callback_handler.callbacks):
         raise RuntimeError("tracking.attach: the trainer has no TrackioCallback; is trackio in report_to?")
     trainer.remove_callback(TrackioCallback)
-    trainer.add_callback(TrackioRun(group))
+    trainer.add_callback(TrackioRun(group, offset))

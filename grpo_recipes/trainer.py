@@ -19,12 +19,7 @@ trains like a sampled row (the only one in its group with a positive advantage, 
 `rewards/*` and `diag/*`. Each sampled completion is scored twice. With plain generation there are no sampling
 log-probabilities; with vLLM a demonstration's are NaN, which TRL leaves out of its importance-sampling correction.
 
-With `warmup_steps` (recipe `demonstration_warmup_steps`), the first optimiser steps are supervised: `_prepare_inputs`
-returns a micro-batch of training rows with their demonstrations instead of generating, and `compute_loss` returns
-the demonstrations' token-mean cross-entropy. The scheduler runs `warmup_lr` for those steps, then the configured
-schedule from its start. TRL's own step counter still advances, so generation resumes on the first GRPO micro-step.
-
-`log` logs TRL's completions table once per step: not again with the end-of-training summary, nor for a warm-up step.
+`log` logs TRL's completions table once per step: not again with the end-of-training summary.
 
 With `share_prompt_forward` (prompt_sharing.py), `_generate_and_score_completions` tags each row with its group,
 `compute_loss` passes a row's tag on, and `_get_per_token_logps_and_entropies`, for the loss's own call only, runs
@@ -44,10 +39,8 @@ from __future__ import annotations
 import logging
 
 import torch
-from torch.optim.lr_scheduler import LambdaLR, SequentialLR
 from transformers import Trainer
 from trl import GRPOTrainer
-from trl.trainer.utils import pad
 
 from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index, equal_reward_groups
 from .episodes import tool_metrics, transcript
@@ -60,7 +53,6 @@ from .vllm_cpu_sync import cpu_weight_sync
 logger = logging.getLogger("grpo_recipes")
 EQUAL_GROUP = "equal_reward_group"  # the batch key that marks rows to skip (skip_zero_advantage_batches)
 PROMPT_GROUP = "prompt_group"  # the batch key that names each row's group (share_prompt_forward)
-WARMUP = "demonstration_warmup"  # the batch key of a supervised warm-up micro-batch
 
 
 def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
@@ -85,8 +77,7 @@ def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
 class RecipeTrainer(GRPOTrainer):
     def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, skip_zero_advantage: bool = False,
                  share_prompt: bool = False, demonstration_field: str | None = None,
-                 correctness: tuple[int, float] = (0, 1.0), demonstrate_unsolved: bool = True,
-                 warmup_steps: int = 0, warmup_lr: float = 3.0e-5, **kwargs):
+                 correctness: tuple[int, float] = (0, 1.0), demonstrate_unsolved: bool = True, **kwargs):
         with cpu_weight_sync():  # vLLM on a CPU trainer gets a weight sync that works there; GPUs keep TRL's
             super().__init__(*args, **kwargs)
         self.diagnostics = diagnostics
@@ -106,11 +97,6 @@ class RecipeTrainer(GRPOTrainer):
             raise ValueError("demonstration_field: needs TRL's own generation; unset it with a rollout_func")
         self.demonstration_field = demonstration_field
         self.demonstrate_unsolved = bool(demonstration_field) and demonstrate_unsolved
-        self.warmup_steps, self.warmup_lr = warmup_steps, warmup_lr
-        # The warm-up's row order: a fixed shuffle, read in order by step, so a resumed run continues it.
-        self._warmup_order = (torch.randperm(len(self.train_dataset),
-                                             generator=torch.Generator().manual_seed(self.args.seed)).tolist()
-                              if warmup_steps else [])
         self._correctness, self._threshold = correctness  # which reward, at what score, means solved
         self._batch_inputs: list[dict] | None = None
 
@@ -157,56 +143,6 @@ class RecipeTrainer(GRPOTrainer):
         self._log_completion_extra("demonstration", shown)
         self._metrics["train"]["frac_groups_demonstrated"].append(sum(unsolved) / len(unsolved))
         return prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest
-
-    def _warming_up(self) -> bool:
-        return self.model.training and self.state.global_step < self.warmup_steps
-
-    def _prepare_inputs(self, generation_batch):
-        if self._warming_up():
-            return self._warmup_batch()
-        return super()._prepare_inputs(generation_batch)
-
-    def _warmup_batch(self) -> dict:
-        rows_per = self.args.per_device_train_batch_size
-        accumulation = self.args.gradient_accumulation_steps
-        micro = self.state.global_step * accumulation + self._step % accumulation  # TRL counts micro-steps in _step
-        start = (micro * self.accelerator.num_processes + self.accelerator.process_index) * rows_per
-        order = self._warmup_order
-        rows = [self.train_dataset[order[(start + j) % len(order)]] for j in range(rows_per)]
-        prompt_ids, _, _ = self._tokenize_prompts([r["prompt"] for r in rows])
-        completion_ids = [self.processing_class(r[self.demonstration_field], add_special_tokens=False)["input_ids"]
-                          + self.eos_token_ids[:1] for r in rows]  # ended as a generation ends
-        device = self.accelerator.device
-
-        def padded(seqs, side):  # TRL's layout: prompts padded on the left, completions on the right
-            ids = [torch.tensor(x, device=device) for x in seqs]
-            return (pad(ids, self._tokenizer.pad_token_id, side), pad([torch.ones_like(x) for x in ids], 0, side))
-
-        (p_ids, p_mask), (c_ids, c_mask) = padded(prompt_ids, "left"), padded(completion_ids, "right")
-        return {WARMUP: True, "prompt_ids": p_ids, "prompt_mask": p_mask, "completion_ids": c_ids,
-                "completion_mask": c_mask}
-
-    def _warmup_loss(self, model, inputs) -> torch.Tensor:
-        input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
-        mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        with self.accelerator.autocast():
-            logps = super()._get_per_token_logps_and_entropies(model, input_ids, mask,
-                                                               inputs["completion_ids"].size(1))[0]
-        c_mask = inputs["completion_mask"]
-        nll = -(logps * c_mask).sum() / c_mask.sum().clamp(min=1)
-        self._metrics["train"]["demonstration_warmup/nll"].append(nll.item())
-        return nll / self.current_gradient_accumulation_steps  # GRPOTrainer's loss is scaled for accumulation
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if not self.warmup_steps or self.lr_scheduler is not None:
-            return super().create_scheduler(num_training_steps, optimizer)
-        optimizer = optimizer or self.optimizer
-        # The configured schedule (its own warm-up and decay) runs over the GRPO steps, after the supervised ones.
-        schedule = super().create_scheduler(max(num_training_steps - self.warmup_steps, 1), optimizer)
-        ratio = self.warmup_lr / self.args.learning_rate
-        self.lr_scheduler = SequentialLR(optimizer, [LambdaLR(optimizer, lambda _: ratio), schedule],
-                                         milestones=[self.warmup_steps])
-        return self.lr_scheduler
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -256,8 +192,6 @@ class RecipeTrainer(GRPOTrainer):
         return output
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if WARMUP in inputs:
-            return self._warmup_loss(model, inputs)
         # A row whose group scored alike has advantage 0 in exact arithmetic; TRL's float32 group mean leaves a
         # rounding residue (a few ulps / 1e-4, one sign for the whole group) that is noise, not signal. With beta 0
         # and no entropy bonus (checked at start-up) every loss type is advantage x (a function of the
@@ -294,9 +228,8 @@ class RecipeTrainer(GRPOTrainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL logs the completions table (and prints it) at every log call. Trainer.train's closing summary
-        # (train_runtime, ...) is one more call at the last step, which would log that step's table a second time;
-        # a warm-up step generated nothing, so its table would be empty.
-        if "train_runtime" not in logs and self.state.global_step > self.warmup_steps:
+        # (train_runtime, ...) is one more call at the last step, which would log that step's table a second time.
+        if "train_runtime" not in logs:
             return super().log(logs, start_time)
         keep, self.log_completions = self.log_completions, False
         try:

@@ -1,7 +1,6 @@
 """GRPO for tool use: multi-turn episodes where the model calls tools (tools/*.py) and is scored on its final answer.
 
-    accelerate launch recipes/sft_warmup.py --config recipes/configs/sft_agent_cpu.yaml   # teach the call format
-    accelerate launch recipes/agent_grpo.py                                               # CPU default, offline
+    accelerate launch recipes/agent_grpo.py           # CPU default, offline: an sft stage of tool episodes, then GRPO
     accelerate launch recipes/agent_grpo.py --config recipes/configs/agent_gpu.yaml
 """
 

@@ -77,8 +77,8 @@ def tiny_run_args(model_dir: Path, out: Path, steps: int = 2, *extra: str) -> li
         # A random tiny model mostly scores alike across a group: with the default's skip, most steps would train on
         # nothing. Tests of the skip turn it back on. Sharing the prompt needs one row per micro-batch (8 here).
         "--skip_zero_advantage_batches", "false", "--share_prompt_forward", "false",
-        # The default's supervised warm-up steps would be all of a test's few steps: tests of it turn it back on.
-        "--demonstration_warmup_steps", "0", *extra,
+        # GRPO alone: the default's sft stage would take a test's few steps. Tests of stages set their own.
+        "--stages", '[{"name": "grpo"}]', *extra,
     ]
 
 

@@ -1,5 +1,6 @@
 """The agent recipe through the runner: start-up checks before any model loads, and the tiny model end to end
-(SFT warm-up on tool trajectories, then GRPO with multi-turn rollouts, tool metrics in Trackio, held-out episodes)."""
+(an sft stage on tool trajectories, then GRPO with multi-turn rollouts, tool metrics in Trackio, held-out
+episodes), in one command."""
 
 import json
 import os
@@ -12,13 +13,13 @@ from conftest import REPO, tiny_run_args
 from test_recipe_e2e import trackio_metrics
 
 from grpo_recipes import runner
+from grpo_recipes.grpo_stage import GRPOStage, tool_kwargs
 from grpo_recipes.errors import ConfigError
 
 AGENT = REPO / "recipes/configs/agent_cpu.yaml"
-SFT = REPO / "recipes/configs/sft_agent_cpu.yaml"
 
 
-def problems(*argv, config=AGENT, stage=runner.Stage) -> str:
+def problems(*argv, config=AGENT, stage=GRPOStage) -> str:
     with pytest.raises(ConfigError) as exc:
         runner.prepare("agent", ["--output_dir", "/nonexistent/never-written", *argv], config, stage)
     return str(exc.value)
@@ -40,12 +41,21 @@ def test_bad_tool_settings_fail_before_anything_loads(argv, expected):
     assert expected in problems(*argv)
 
 
-def test_tool_trajectory_warmup_needs_tools_and_assistant_only_loss():
-    from grpo_recipes.sft import WarmupStage
+def test_tool_trajectory_stage_needs_tools_and_assistant_only_loss():
+    sft = {"name": "sft", "sft_format": "tool_trajectory", "assistant_only_loss": False, "max_steps": 1}
+    text = problems("--tools", "[]", "--stages", json.dumps([sft, {"name": "grpo"}]), stage=None)
+    assert "stages[0] (sft): sft_format: tool_trajectory renders a call to the first configured tool; set `tools`" in text
+    assert "stages[0] (sft): assistant_only_loss: must be true with sft_format tool_trajectory" in text
 
-    text = problems("--tools", "[]", "--assistant_only_loss", "false", config=SFT, stage=WarmupStage)
-    assert "sft_format: tool_trajectory renders a call to the first configured tool; set `tools`" in text
-    assert "assistant_only_loss: must be true with sft_format tool_trajectory" in text
+
+def test_the_agent_recipe_runs_alone_its_first_stage_teaches_the_call_format():
+    """No separate warm-up command: the default config starts from the base model with an sft stage of tool episodes."""
+    run = runner.prepare("agent", ["--output_dir", "/nonexistent/never-written", "--train_size", "20",
+                                   "--eval_size", "2"], AGENT)
+    assert [s.name for s in run.stages] == ["sft", "grpo"]
+    assert run.model_args.model_name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    sft = run.stages[0].plan.training
+    assert (sft.sft_format, sft.assistant_only_loss) == ("tool_trajectory", True)
 
 
 def test_a_tool_file_that_breaks_names_itself(tmp_path):
@@ -60,10 +70,10 @@ def test_model_without_tool_template_is_refused_with_the_fix(tiny_model_dir):
     run = runner.prepare("agent", ["--output_dir", "/nonexistent/never-written", "--tool_template", "model",
                                    "--train_size", "20", "--eval_size", "2"], AGENT)
     with pytest.raises(ConfigError) as exc:
-        runner.tool_kwargs(run.recipe, str(tiny_model_dir))
+        tool_kwargs(run.recipe, str(tiny_model_dir))
     assert "the model's chat template cannot render tool calls" in str(exc.value)
     assert "Set tool_template to one of: chatml_tools" in str(exc.value)
-    kwargs = runner.tool_kwargs(runner.prepare("agent", ["--output_dir", "/nonexistent/never-written", "--train_size",
+    kwargs = tool_kwargs(runner.prepare("agent", ["--output_dir", "/nonexistent/never-written", "--train_size",
                                                          "20", "--eval_size", "2"], AGENT).recipe, str(tiny_model_dir))
     assert [t.__name__ for t in kwargs["tools"]] == ["calculator"] and kwargs["environment_factory"] is None
     assert "<tool_call>" in kwargs["processing_class"].chat_template
@@ -88,28 +98,23 @@ def test_grpo_on_the_tiny_model_logs_tool_metrics_and_evaluates_episodes(tiny_mo
 
 @pytest.mark.slow
 def test_sft_then_grpo_on_the_tiny_model(tiny_model_dir, run_env):
-    sft_out, out = run_env / "sft", run_env / "out"
-    small = ["--train_size", "40", "--eval_size", "8"]
-    proc = subprocess.run([sys.executable, str(REPO / "recipes/sft_warmup.py"), "--config", str(SFT),
-                           "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(sft_out),
-                           "--max_steps", "1", *small], capture_output=True, text=True, timeout=600, cwd=run_env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads((sft_out / "format_eval.json").read_text())
-    assert report["before"]["tool_call_rate"] is not None and report["before"]["n"] == 8
-
-    args = tiny_run_args(sft_out, out, 2, "--max_completion_length", "48", "--eval_k", "2")
+    out = run_env / "out"
+    sft = {"name": "sft", "sft_format": "tool_trajectory", "assistant_only_loss": True, "max_steps": 1,
+           "per_device_train_batch_size": 4, "max_length": 512}
+    args = tiny_run_args(tiny_model_dir, out, 2, "--max_completion_length", "48", "--eval_k", "2",
+                         "--stages", json.dumps([sft, {"name": "grpo"}]))
     proc = subprocess.run([sys.executable, str(REPO / "recipes/agent_grpo.py"), *args],
-                          capture_output=True, text=True, timeout=600, cwd=run_env)
+                          capture_output=True, text=True, timeout=900, cwd=run_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = [json.loads(m) for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-agent")]
     train = [r for r in records if "train/loss" in r]
-    assert len(train) == 2
+    assert len(train) == 3 and "train/tools/call_rate" not in train[0]  # the sft step, then two GRPO steps
     for key in ("tools/call_rate", "tools/calls_per_episode", "tools/turns_per_episode", "tools/unfinished_rate",
                 "rewards/final_answer/mean", "rewards/tool_grounded/mean"):
-        assert 0.0 <= train[0][f"train/{key}"], key
-    assert train[0]["train/tools/turns_per_episode"] >= 1.0
+        assert 0.0 <= train[1][f"train/{key}"], key
+    assert train[1]["train/tools/turns_per_episode"] >= 1.0
     evals = [r for r in records if "eval/tool_call_rate" in r]
-    assert len(evals) == 2  # start and end: multi-turn held-out episodes
+    assert len(evals) == 3  # the start, the end of the sft stage and the end: multi-turn held-out episodes
     summary = json.loads((out / "eval_summary.json").read_text())
     assert summary["end"]["tool_call_rate"] is not None and summary["rows"] == 8
     assert summary["end"]["pass_at_k"] is not None  # eval_k 2: sampled multi-turn episodes too
@@ -126,8 +131,7 @@ def test_tool_trajectory_uses_the_tools_real_result_and_drops_disagreeing_rows()
     from grpo_recipes.tools import available, build_tools
 
     calc = build_tools(["calculator"], available())[0]
-    row = {"question": "Calculate 95 - 21 / 21.", "answer": "94",
-           "gym_entry": json.dumps({"metadata": {"expression": "95 - 21 / 21"}})}
+    row = {"question": "Calculate 95 - 21 / 21.", "answer": "94", "expression": "95 - 21 / 21"}  # task: arithmetic's
     call, result, final = tool_trajectory(row, calc)
     assert call["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "95 - 21 / 21"}}
     assert result == {"role": "tool", "name": "calculator", "content": "94"}
@@ -140,13 +144,18 @@ def test_tool_trajectory_uses_the_tools_real_result_and_drops_disagreeing_rows()
 
 def test_gold_check_drops_rows_the_tool_disagrees_with():
     from grpo_recipes.config import RecipeArguments
-    from grpo_recipes.data import gold_checked
+    from grpo_recipes.task import available
 
     rows = [{"question": "a", "answer": "94", "expression": "95 - 21 / 21"},
             {"question": "b", "answer": "11", "expression": "79 / -( -48 / 12 + -3 )"},
             {"question": "c", "answer": "5"}]
-    assert gold_checked(rows, RecipeArguments(gold_check_tool="calculator")) == rows[:1]
-    assert gold_checked(rows, RecipeArguments()) == rows
+    arithmetic = available()["arithmetic"]()  # tasks/arithmetic.py reads gold_check_tool
+
+    def kept(recipe):
+        return [r["question"] for r in (arithmetic.prepare(r, recipe) for r in rows) if r is not None]
+
+    assert kept(RecipeArguments(gold_check_tool="calculator")) == ["a"]
+    assert kept(RecipeArguments()) == ["a", "b", "c"]
 
 
 COUNTER = '''

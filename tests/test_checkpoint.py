@@ -381,7 +381,8 @@ def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_en
 
     before = signal.getsignal(signal.SIGTERM)
     made = []
-    monkeypatch.setattr(runner, "build_trainer", lambda run: made.append(Trainer(run.training)) or made[-1])
+    monkeypatch.setattr(runner, "build_trainer", lambda run, stage, model: made.append(Trainer(stage.plan.training))
+                        or made[-1])
     argv = ["--output_dir", str(run_env / "out"), "--train_size", "40", "--eval_size", "8", "--save_total_limit", "3"]
     rc = runner.main("math", REPO / "recipes/configs/math_cpu.yaml", argv)
     assert rc == 3 and made[0].ended  # trackers finished before the exit

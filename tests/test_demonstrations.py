@@ -2,11 +2,9 @@
 its last completion; `rewards/<name>/sampled_mean` stays the sampled completions' alone."""
 
 import json
-import shutil
 import sqlite3
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -14,9 +12,11 @@ import pytest
 from conftest import REPO, tiny_run_args
 from grpo_recipes import registry
 from grpo_recipes.arithmetic import ArithmeticFault, evaluate, worked_steps
-from grpo_recipes.checks import demonstration_warmup_problems
-from grpo_recipes.data import WORKED_SOLUTION, load_splits, worked_solution
-from grpo_recipes.parsing import parse_recipe_args
+from grpo_recipes.runner import prepare
+from grpo_recipes.task import available
+
+worked_solution = available()["arithmetic"].worked_solution  # tasks/arithmetic.py
+WORKED_SOLUTION = "worked_solution"
 
 
 @pytest.mark.parametrize("expression, steps", [
@@ -48,14 +48,15 @@ def test_worked_solutions_score_full_marks_under_the_strictest_math_reward():
     assert scores == [1.0, 1.0, 1.0]
 
 
-def test_every_training_row_of_the_math_default_gets_a_demonstration_its_rewards_pay_in_full():
-    config = REPO / "recipes" / "configs" / "math_cpu.yaml"
-    recipe, *_ = parse_recipe_args(["--config", str(config), "--demonstration_field", WORKED_SOLUTION])
-    train, _ = load_splits(recipe)
-    funcs, _ = registry.compile_rewards(recipe.reward_specs, registry.available())
+def test_every_training_row_of_the_math_default_gets_a_demonstration_its_rewards_pay_in_full(tmp_path):
+    run = prepare("math", ["--output_dir", str(tmp_path / "out")], REPO / "recipes" / "configs" / "math_cpu.yaml",
+                  for_training=False)
+    train = run.train
+    assert run.recipe.demonstration_field == WORKED_SOLUTION and [s.name for s in run.recipe.reward_specs] == [
+        "math_correctness", "boxed_format"]  # the arithmetic task's
     texts = [[{"role": "assistant", "content": t}] for t in train[WORKED_SOLUTION]]
-    for spec, func in zip(recipe.reward_specs, funcs):
-        assert func(texts, answer=train["answer"], log_metric=lambda *a: None) == [1.0] * len(train), spec.name
+    for func in run.funcs:
+        assert func(texts, answer=train["answer"], log_metric=lambda *a: None) == [1.0] * len(train), func.__name__
 
 
 def test_no_worked_solution_where_the_gold_is_not_the_expression_value_or_there_is_no_expression():
@@ -95,78 +96,7 @@ def test_unsolved_groups_train_on_the_worked_solution_and_the_metrics_stay_the_p
 
 
 def test_a_demonstration_column_missing_from_the_rows_is_a_start_up_error(tiny_model_dir, run_env):
-    proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_field", "solution")
+    proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_field", "solution", "--demonstrate_unsolved_groups",
+                      "true")
     assert proc.returncode != 0
     assert "demonstration_field: 40 of 40 training rows have no 'solution' text" in proc.stderr
-
-
-def test_warmup_steps_train_on_the_demonstrations_then_grpo_takes_over(tiny_model_dir, run_env):
-    proc, out, tracks = _run(tiny_model_dir, run_env, "--max_steps", "3", "--demonstration_field", "worked_solution",
-                             "--demonstrate_unsolved_groups", "false", "--demonstration_warmup_steps", "2",
-                             "--demonstration_warmup_learning_rate", "1e-3", "--learning_rate", "1e-6")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    logs = _train_logs(tracks)
-    assert sorted(logs) == [1, 2, 3]
-    warm, grpo = [logs[1], logs[2]], logs[3]
-    assert all("train/reward" not in r and r["train/learning_rate"] == 1e-3 for r in warm)
-    assert "train/demonstration_warmup/nll" not in grpo and grpo["train/learning_rate"] == 1e-6
-    assert "train/reward" in grpo and "train/frac_groups_demonstrated" not in grpo  # GRPO, on-policy
-    # Supervised steps on other rows of the same form: the second batch is already likelier than the first was.
-    assert warm[1]["train/demonstration_warmup/nll"] < warm[0]["train/demonstration_warmup/nll"]
-    tables = sorted(p.name for p in (out / "completions").glob("*.parquet"))
-    assert tables == ["completions_00003.parquet"]  # the warm-up generated nothing
-    assert "demonstration" not in pd.read_parquet(out / "completions" / tables[0]).columns
-
-
-def test_warmup_without_a_demonstration_column_or_grpo_steps_is_a_start_up_error(tiny_model_dir, run_env):
-    proc, _, _ = _run(tiny_model_dir, run_env, "--demonstration_warmup_steps", "2", "--demonstration_field", "")
-    assert proc.returncode != 0
-    assert "demonstration_warmup_steps: trains on demonstration_field, which is unset" in proc.stderr
-    assert "demonstration_warmup_steps: 2 of max_steps 2 leaves no GRPO step" in proc.stderr
-
-
-def test_a_run_resumed_inside_the_warmup_continues_its_rows_and_learning_rates(tiny_model_dir, run_env):
-    warmup = ["--max_steps", "3", "--demonstration_field", "worked_solution", "--demonstrate_unsolved_groups",
-              "false", "--demonstration_warmup_steps", "2", "--demonstration_warmup_learning_rate", "1e-3",
-              "--learning_rate", "1e-6", "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "5"]
-    proc, out, tracks = _run(tiny_model_dir, run_env, *warmup)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    straight = _train_logs(tracks)
-    # The same run stopped after step 1: its checkpoint, resumed, must train steps 2 and 3 as the straight run did.
-    resumed_out = run_env / "resumed"
-    shutil.copytree(out / "checkpoint-1", resumed_out / "checkpoint-1")
-    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), *tiny_run_args(tiny_model_dir, resumed_out, 2),
-           "--eval_heldout", "false", "--trackio_dir", str(run_env / "trackio2"), "--run_name", "demo",
-           "--report_to", "trackio", *warmup, "--resume"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=run_env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    again = _train_logs(run_env / "trackio2")
-    assert sorted(again) == [2, 3]
-    assert again[2]["train/learning_rate"] == 1e-3 and again[3]["train/learning_rate"] == 1e-6
-    assert again[2]["train/demonstration_warmup/nll"] == pytest.approx(straight[2]["train/demonstration_warmup/nll"],
-                                                                       rel=1e-4)
-
-
-def _train_logs(tracks) -> dict[int, dict]:
-    with sqlite3.connect(tracks / "grpo-recipes-math.db") as con:
-        rows = [(s, json.loads(m)) for s, m in con.execute("SELECT step, metrics FROM metrics ORDER BY id")]
-    return {s: m for s, m in rows if "train/loss" in m}
-
-
-@pytest.mark.parametrize("steps, field_, max_steps, lr, problem", [
-    (-1, WORKED_SOLUTION, 30, 3e-5, "demonstration_warmup_steps: -1; a number of optimiser steps, 0 for none"),
-    (24, None, 30, 3e-5, "demonstration_warmup_steps: trains on demonstration_field, which is unset. Fix: "
-                         "--demonstration_field worked_solution"),
-    (24, WORKED_SOLUTION, 10, 3e-5, "demonstration_warmup_steps: 24 of max_steps 10 leaves no GRPO step. Fix: fewer "
-                                    "warm-up steps (--demonstration_warmup_steps 0 for none)"),
-    (24, WORKED_SOLUTION, 30, 0.0, "demonstration_warmup_learning_rate: 0; it must be > 0"),
-])
-def test_warmup_settings_that_cannot_work_are_named_with_their_fix(steps, field_, max_steps, lr, problem):
-    recipe = SimpleNamespace(demonstration_warmup_steps=steps, demonstration_field=field_,
-                             demonstration_warmup_learning_rate=lr)
-    problems = demonstration_warmup_problems(recipe, SimpleNamespace(max_steps=max_steps))
-    assert len(problems) == 1 and problems[0].startswith(problem)
-    # max_steps -1 (train for num_train_epochs) leaves the GRPO steps to the epochs: not an error
-    assert demonstration_warmup_problems(SimpleNamespace(demonstration_warmup_steps=24, demonstration_field=field_ or
-                                                         WORKED_SOLUTION, demonstration_warmup_learning_rate=3e-5),
-                                         SimpleNamespace(max_steps=-1)) == []

@@ -2,15 +2,17 @@
 `grpo-recipes eval --recipe NAME` command finds the recipe's config, its data files and the shipped rewards inside
 the package (and the agent recipe its shipped tools and tool chat template). Offline: the wheel is built from a copy of the sources with this environment's setuptools."""
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
-SOURCES = ("pyproject.toml", "README.md", "grpo_recipes", "rewards", "tools", "recipes")
+SOURCES = ("pyproject.toml", "README.md", "grpo_recipes", "rewards", "tools", "tasks", "recipes")
 
 
 def run(argv, **kwargs):
@@ -45,3 +47,24 @@ def test_eval_runs_from_an_installed_wheel(tmp_path, tiny_model_dir):
         report = json.loads(out.read_text())
         assert report["rows"] == 2 and report["correctness_reward"] == correctness, report
         assert (report["tool_call_rate"] is not None) == (recipe == "agent"), report
+
+
+def test_pyproject_ranges_hold_here_and_agree_with_trl():
+    """transformers and TRL: the installed versions are in pyproject's ranges, each range has an upper bound, the
+    installed transformers has the `activation_checkpointing` training field every shipped config sets (the floor's
+    reason), and the transformers floor is inside TRL's own transformers requirement."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+    from transformers import TrainingArguments
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    deps = {r.name: r for r in map(Requirement, pyproject["project"]["dependencies"])}
+    for name in ("transformers", "trl"):
+        assert deps[name].specifier.contains(version(name)), (name, version(name), str(deps[name].specifier))
+        assert any(s.operator == "<" for s in deps[name].specifier), f"{name}: no upper bound"
+    assert "activation_checkpointing" in {f.name for f in dataclasses.fields(TrainingArguments)}
+    floor = next(s.version for s in deps["transformers"].specifier if s.operator == ">=")
+    trl_needs = [r for r in map(Requirement, requires("trl")) if r.name == "transformers" and r.marker is None]
+    assert trl_needs and all(r.specifier.contains(floor) for r in trl_needs), trl_needs

@@ -20,12 +20,15 @@ REPO = Path(__file__).resolve().parent.parent
 # layers, never of higher ones. "x.*" also matches the package x's submodules.
 LAYERS = [
     ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*"]),
-    ("run", ["grpo_recipes.runner", "grpo_recipes.sft", "grpo_recipes.launch", "grpo_recipes.launch.*"]),
+    ("run", ["grpo_recipes.runner", "grpo_recipes.grpo_stage", "grpo_recipes.sft", "grpo_recipes.launch",
+             "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
                   "grpo_recipes.budget", "grpo_recipes.rollout", "grpo_recipes.vllm_cpu_sync",
                   "grpo_recipes.prompt_sharing"]),
-    ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.config", "grpo_recipes.config_files",
-                "grpo_recipes.batching", "grpo_recipes.data", "grpo_recipes.models", "grpo_recipes.registry",
+    ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.stages", "grpo_recipes.data",
+                "grpo_recipes.task", "grpo_recipes.config",
+                "grpo_recipes.config_files",
+                "grpo_recipes.batching", "grpo_recipes.models", "grpo_recipes.registry",
                 "grpo_recipes.reward_check", "grpo_recipes.hacks", "grpo_recipes.tools"]),
     ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
     ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",

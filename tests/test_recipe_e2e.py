@@ -44,17 +44,19 @@ def test_math_recipe_trains_logs_and_saves(tiny_model_dir, run_env):
 
 @pytest.mark.slow
 def test_default_recipe_one_real_step_logs_reward_and_loss(run_env):
-    """The shipped default (real SmolLM2-135M from the bundled GGUF), unchanged but for the step counts: one
-    supervised warm-up step, then one GRPO step."""
+    """The shipped default (real SmolLM2-135M from the bundled GGUF), unchanged but for the step counts: one step
+    of the sft stage, then one GRPO step."""
     out = run_env / "out"
-    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--max_steps", "2", "--demonstration_warmup_steps",
-           "1", "--output_dir", str(out)]
+    sft = {"name": "sft", "max_steps": 1, "learning_rate": 3e-5, "lr_scheduler_type": "constant",
+           "per_device_train_batch_size": 16}
+    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--max_steps", "1", "--stages",
+           json.dumps([sft, {"name": "grpo"}]), "--output_dir", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=run_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "from bundled-gguf" in proc.stderr
     records = [json.loads(m) for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-math")]
-    warmup, train = [r for r in records if "train/loss" in r]
-    assert warmup["train/global_step"] == 1 and 0 < warmup["train/demonstration_warmup/nll"] < 5
+    sft, train = [r for r in records if "train/loss" in r]
+    assert sft["train/global_step"] == 1 and 0 < sft["train/loss"] < 5 and "train/reward" not in sft
     assert train["train/global_step"] == 2
     assert 0.0 <= train["train/rewards/math_correctness/mean"] <= 1.0
     assert train["train/loss"] == train["train/loss"]  # not NaN
@@ -77,7 +79,9 @@ def test_default_recipe_on_two_cpu_processes_fits_half_the_machine(run_env):
     out = run_env / "out"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(REPO / "accelerate_configs" / "cpu_ddp.yaml"), str(REPO / "recipes" / "math_grpo.py"),
-           "--max_steps", "2", "--demonstration_warmup_steps", "1", "--output_dir", str(out), "--eval_size", "32"]
+           "--max_steps", "1", "--stages", json.dumps([{"name": "sft", "max_steps": 1, "per_device_train_batch_size": 8},
+                                                       {"name": "grpo"}]),
+           "--output_dir", str(out), "--eval_size", "32"]
     env = {k: v for k, v in os.environ.items() if k not in ("ACCELERATE_USE_CPU", "WORLD_SIZE")}
     with open(run_env / "log", "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=run_env, env=env)

@@ -18,8 +18,9 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
            *tiny_run_args(tiny_model_dir, out, 2, "--eval_heldout", "false", "--use_cpu", "true",
                           "--skip_zero_advantage_batches", "true", "--share_prompt_forward", "true",
                           "--demonstration_field", "worked_solution", "--demonstrate_unsolved_groups", "true",
-                          # one supervised warm-up step first, each process on its own rows, then two GRPO steps
-                          "--max_steps", "3", "--demonstration_warmup_steps", "1",
+                          # an sft stage of one step first, each process on its own rows, then two GRPO steps
+                          "--stages", json.dumps([{"name": "sft", "max_steps": 1, "per_device_train_batch_size": 2},
+                                                  {"name": "grpo"}]),
                           # 6 rows a process, groups of 4: the middle group's rows are split between the processes.
                           "--per_device_train_batch_size", "6")]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
@@ -38,8 +39,8 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     assert not any("train/frac_rows_prompt_shared" in r for r in records)
     # Demonstrations work across processes: the process holding a group's last row puts the demonstration there
     # (a random tiny model solves nothing), and the table, gathered in process order, shows one per group of 4.
-    warmup, *grpo = [r for r in records if "train/loss" in r]
-    assert warmup["train/demonstration_warmup/nll"] > 0 and "train/reward" not in warmup
+    sft, *grpo = [r for r in records if "train/loss" in r]
+    assert sft["train/loss"] > 0 and "train/reward" not in sft  # the sft stage's step: SFTTrainer's loss
     assert [r["train/frac_groups_demonstrated"] for r in grpo] == [1.0, 1.0]
     table = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
     assert table["demonstration"].tolist() == [i % 4 == 3 for i in range(12)] * 2

@@ -1,5 +1,6 @@
-"""SFT warm-up: rendered targets earn full reward, held-out questions are never trained on, the loss covers only the
-assistant turn, and the saved folder is a model the GRPO recipe trains from."""
+"""The sft stage run alone (recipes/sft_warmup.py, `stages: [sft]`): rendered targets earn full reward, held-out
+questions are never trained on, the loss covers only the assistant turn, and the saved folder is a model the GRPO
+recipe trains from."""
 
 import json
 import subprocess
@@ -10,18 +11,25 @@ from conftest import REPO, tiny_run_args
 
 from grpo_recipes import registry
 from grpo_recipes.checkpoint import checkpoint_dirs, verify
-from grpo_recipes.config import WarmupConfig
-from grpo_recipes.parsing import parse_recipe_args
+from grpo_recipes.config import SFTStageConfig
 from grpo_recipes.data import load_splits, question_key
-from grpo_recipes.sft import build_examples, main
+from grpo_recipes.parsing import parse_recipe_args
+from grpo_recipes.runner import main
+from grpo_recipes.sft import build_examples
 
 SFT_CONFIG = REPO / "recipes" / "configs" / "sft_math_cpu.yaml"
 GRPO_CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 
 
 def sft_args(*argv):
-    recipe, cfg, _, _ = parse_recipe_args(["--report_to", "none", *argv], SFT_CONFIG, training_cls=WarmupConfig)
+    recipe, cfg, _, _ = parse_recipe_args(["--report_to", "none", *argv], SFT_CONFIG)
+    assert isinstance(cfg, SFTStageConfig)  # the last (only) stage is sft: the flat keys are its config
     return recipe, cfg
+
+
+def examples(recipe, cfg):
+    train, held_out = load_splits(recipe)
+    return build_examples(recipe, cfg, train, held_out), held_out
 
 
 def completions_of(dataset):
@@ -31,7 +39,7 @@ def completions_of(dataset):
 @pytest.mark.parametrize("fmt", ["boxed", "think_boxed"])
 def test_rendered_targets_earn_full_format_and_correctness_reward(fmt):
     recipe, cfg = sft_args("--sft_format", fmt)
-    dataset, _ = build_examples(recipe, cfg)
+    dataset, _ = examples(recipe, cfg)
     texts, answers = completions_of(dataset), dataset["answer"]
     assert len(texts) == recipe.train_size
     rewards = registry.available()
@@ -43,7 +51,7 @@ def test_rendered_targets_earn_full_format_and_correctness_reward(fmt):
 
 def test_sft_trains_on_no_question_of_the_grpo_held_out_split():
     recipe, cfg = sft_args()
-    dataset, sft_held_out = build_examples(recipe, cfg)
+    dataset, sft_held_out = examples(recipe, cfg)
     grpo_recipe, _, _, _ = parse_recipe_args(["--report_to", "none"], GRPO_CONFIG)
     _, grpo_held_out = load_splits(grpo_recipe)
     held_out = {question_key(q) for q in grpo_held_out["question"]}
@@ -55,14 +63,14 @@ def test_sft_trains_on_no_question_of_the_grpo_held_out_split():
 
 def test_traces_file_drops_held_out_questions(tmp_path):
     recipe, cfg = sft_args()
-    _, held_out = build_examples(recipe, cfg)
+    _, held_out = examples(recipe, cfg)
     leaked = held_out["question"][0]
     traces = tmp_path / "traces.jsonl"
     lines = [{"question": leaked, "completion": "x \\boxed{1}"},
              {"question": "Calculate 1234 + 1.", "completion": "1234 + 1 = 1235\n\\boxed{1235}", "answer": 1235}]
     traces.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     recipe, cfg = sft_args("--sft_traces_path", str(traces))
-    dataset, _ = build_examples(recipe, cfg)
+    dataset, _ = examples(recipe, cfg)
     assert dataset["question"] == ["Calculate 1234 + 1."]
     assert dataset["answer"] == ["1235"]
     assert completions_of(dataset) == ["1234 + 1 = 1235\n\\boxed{1235}"]
@@ -74,8 +82,8 @@ def test_loss_is_on_the_assistant_turn_only(tiny_model_dir, tmp_path):
     from trl import SFTTrainer
 
     recipe, _ = sft_args("--train_size", "4", "--eval_size", "2")
-    cfg = WarmupConfig(output_dir=str(tmp_path), report_to=[], bf16=False, max_length=128)
-    dataset, _ = build_examples(recipe, cfg)
+    cfg = SFTStageConfig(output_dir=str(tmp_path), report_to=[], bf16=False, max_length=128, sft_format="boxed")
+    dataset, _ = examples(recipe, cfg)
     trainer = SFTTrainer(model=str(tiny_model_dir), args=cfg, train_dataset=dataset)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     for row, prepared in zip(dataset, trainer.train_dataset, strict=True):
@@ -100,21 +108,19 @@ def test_sft_output_is_a_model_the_math_recipe_trains_from(tiny_model_dir, run_e
     sft_out, grpo_out = run_env / "sft", run_env / "grpo"
     sft_args_ = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(sft_out), "--max_steps", "2",
                  "--per_device_train_batch_size", "4", "--train_size", "40", "--eval_size", "8",
-                 "--format_eval_max_new_tokens", "8", "--logging_steps", "1"]
+                 "--eval_max_new_tokens", "8", "--logging_steps", "1"]
     proc = run("sft_warmup.py", sft_args_, run_env)
     assert (sft_out / "model.safetensors").is_file() and (sft_out / "tokenizer.json").is_file()
-    report = json.loads((sft_out / "format_eval.json").read_text())
-    for when in ("before", "after"):
-        assert report[when]["n"] == 8
-        assert 0.0 <= report[when]["format_rate"] <= 1.0
-        # scored with the config's rewards, as GRPO scores its held-out split
-        assert (report[when]["correctness_reward"], report[when]["format_reward"]) == ("math_correctness",
-                                                                                      "boxed_format")
-    assert "held-out after SFT:" in proc.stdout
+    report = json.loads((sft_out / "eval_summary.json").read_text())
+    assert [(e["step"], e["when"]) for e in report["evaluations"]] == [(0, "start"), (2, "end")]
+    for when in ("start", "end"):
+        assert report[when]["rows"] == 8
+        assert 0.0 <= report[when]["format_rate"] <= 1.0  # boxed_format, the config's role-"format" reward
+    assert "held-out evaluation, 8 rows (step 0 -> step 2)" in proc.stdout
     from test_recipe_e2e import trackio_metrics
 
     logged = " ".join(m for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-sft_math"))
-    assert "train/loss" in logged and "eval/format_rate_after" in logged
+    assert "train/loss" in logged and "eval/format_rate" in logged
 
     run("math_grpo.py", tiny_run_args(sft_out, grpo_out, 1), run_env)
     assert (grpo_out / "model.safetensors").is_file()
@@ -125,7 +131,7 @@ def test_lora_warm_up_is_saved_merged(tiny_model_dir, run_env):
 
     out = run_env / "lora"
     argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",
-            "--per_device_train_batch_size", "4", "--train_size", "8", "--eval_size", "2", "--format_eval", "false",
+            "--per_device_train_batch_size", "4", "--train_size", "8", "--eval_size", "2", "--eval_heldout", "false",
             "--report_to", "none", "--use_peft"]
     assert main("sft_math", SFT_CONFIG, argv) == 0
     assert not (out / "adapter_config.json").exists()  # an adapter folder would not load as a GRPO model
@@ -135,7 +141,7 @@ def test_lora_warm_up_is_saved_merged(tiny_model_dir, run_env):
 def test_warm_up_checkpoints_refuses_a_second_run_and_resumes_like_grpo(tiny_model_dir, run_env, capsys, caplog):
     out = run_env / "ckpt"
     argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--per_device_train_batch_size",
-            "4", "--train_size", "8", "--eval_size", "2", "--format_eval", "false", "--report_to", "none",
+            "4", "--train_size", "8", "--eval_size", "2", "--eval_heldout", "false", "--report_to", "none",
             "--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "1"]
     assert main("sft_math", SFT_CONFIG, [*argv, "--max_steps", "2"]) == 0
     # marked complete, and the older one deleted only after that (checkpoint.CheckpointCallback)
@@ -150,9 +156,10 @@ def test_warm_up_checkpoints_refuses_a_second_run_and_resumes_like_grpo(tiny_mod
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--sft_format", "xml"], "sft_format: 'xml' is not one of boxed, think_boxed"),
+    (["--sft_format", "xml"], "sft_format: 'xml' is not one of demonstration, boxed, think_boxed"),
     (["--sft_traces_path", "missing.jsonl"], "sft_traces_path: no such file missing.jsonl"),
-    (["--answer_field", ""], "answer_field: rendered SFT targets need gold answers"),
+    (["--answer_field", ""], "answer_field: sft_format boxed renders gold answers"),
+    (["--sft_format", "demonstration"], "demonstration_field: the sft stage trains on it"),
 ])
 def test_bad_settings_are_reported_before_any_model_loads(argv, message, capsys):
     assert main("sft_math", SFT_CONFIG, ["--report_to", "none", *argv]) == 2

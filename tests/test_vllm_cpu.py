@@ -326,7 +326,7 @@ rewards:
   - {{name: math_correctness, weight: 1.0, params: {{answer_form: literal}}}}
   - {{name: test_completion_length, weight: 1.0}}
 max_steps: 2
-demonstration_warmup_steps: 0
+stages: [grpo]
 num_generations: 4
 per_device_train_batch_size: 8
 gradient_accumulation_steps: 1

@@ -21,7 +21,8 @@ from .. import bundled
 from ..errors import ConfigError, ModelNotFound
 from ..evaluate import EvalSettings, eos_token_ids, evaluate, reward_roles, summarise
 from ..models import resolve_model
-from ..runner import prepare, tool_kwargs
+from ..grpo_stage import tool_kwargs
+from ..runner import prepare
 
 
 def register(subparsers) -> None:
@@ -30,8 +31,9 @@ def register(subparsers) -> None:
         description="Evaluate a checkpoint with the recipe's own verifier on the recipe's held-out split. Recipe "
                     "config fields can follow `--`, e.g. `-- --eval_size 20 --max_completion_length 64`.",
     )
-    p.add_argument("--recipe", required=True,
-                   help="recipe name: math, json, code (its config: recipes/configs/<name>_cpu.yaml)")
+    p.add_argument("--recipe", required=True,  # the names come from the shipped configs, so the help cannot go stale
+                   help=f"recipe name: {', '.join(bundled.recipe_names())} "
+                        "(its config: recipes/configs/<name>_cpu.yaml)")
     p.add_argument("--config", help="recipe YAML to read instead of the recipe's default config")
     p.add_argument("--model", required=True, help="model folder or Hub id (e.g. outputs/math_grpo)")
     p.add_argument("--limit", type=int, help="evaluate at most N held-out rows")
@@ -44,7 +46,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     config = Path(args.config) if args.config else bundled.recipe_config(args.recipe)
     if not config.is_file():
-        print(f"error: --recipe {args.recipe}: no config {config}; pass --config YAML", file=sys.stderr)
+        print(f"error: --recipe {args.recipe}: no config {config} (recipes: {', '.join(bundled.recipe_names())}); "
+              "pass --config YAML", file=sys.stderr)
         return 2
     overrides = [a for a in args.overrides if a != "--"]
     for flag, value in (("--k", args.k), ("--limit", args.limit)):

@@ -1,0 +1,70 @@
+"""The `grpo` stage: the GRPO trainer (trainer.RecipeTrainer) on the run's training rows, with its alerts."""
+
+from __future__ import annotations
+
+from trl import get_peft_config
+
+from . import tools
+from .alerts import AlertCallback, AlertConfig, default_detectors, tool_detectors
+from .diagnostics import correctness_index
+from .stages import Stage, tool_tokenizer
+from .trainer import RecipeTrainer, diagnostics_spec
+
+
+class GRPOStage(Stage):
+    """GRPO by RecipeTrainer (GRPOTrainer with this project's features), on the run's training rows."""
+
+    name = "grpo"
+
+    def run_label(self, training) -> list[str]:
+        """The settings a derived run name shows, after the recipe and model names."""
+        eps = f"{training.epsilon:g}" + (f"-{training.epsilon_high:g}" if training.epsilon_high else "")
+        return [f"lr{training.learning_rate:g}", f"eps{eps}", f"beta{training.beta:g}", f"seed{training.seed}"]
+
+    def describe(self, run) -> str:
+        held_out = len(run.held_out) if run.held_out is not None else 0
+        return f"grpo: {len(run.train)} train rows, {held_out} held-out rows"
+
+    def configure(self, run) -> None:
+        """Last settings on the stage's training config once the rewards are compiled."""
+        self.plan.training.reward_weights = [s.weight for s in run.recipe.reward_specs]
+
+    def make_trainer(self, run, model_path: str):
+        recipe = run.recipe
+        return RecipeTrainer(
+            model=model_path,
+            reward_funcs=run.funcs,
+            args=self.plan.training,
+            train_dataset=self.dataset(run),
+            peft_config=get_peft_config(run.model_args),
+            diagnostics=diagnostics_spec(recipe, self.plan.training, run.funcs),
+            skip_zero_advantage=recipe.skip_zero_advantage_batches,
+            share_prompt=recipe.share_prompt_forward,
+            demonstration_field=recipe.demonstration_field,
+            demonstrate_unsolved=recipe.demonstrate_unsolved_groups,
+            correctness=(correctness_index([f.__name__ for f in run.funcs], recipe.correctness_reward),
+                         recipe.correctness_threshold),
+            **tool_kwargs(recipe, model_path),
+        )
+
+    def callbacks(self, trainer, run) -> list:
+        """The alerts, as configured (the held-out evaluation is the run's: runner.attach_evaluation)."""
+        recipe = run.recipe
+        if not recipe.alerts:
+            return []
+        names = [f.__name__ for f in run.funcs]
+        correctness = names[correctness_index(names, recipe.correctness_reward)]
+        cfg = AlertConfig.from_recipe(recipe)
+        detectors = default_detectors(cfg, names, correctness, recipe.format_reward)
+        return [AlertCallback(detectors + (tool_detectors(cfg) if recipe.uses_tools else []))]
+
+
+def tool_kwargs(recipe, model_path: str) -> dict:
+    """GRPOTrainer's tool arguments for a run with tools (none otherwise). The template is checked here, right after
+    the model is resolved and before its weights load; names and params were checked at start-up (checks.py)."""
+    if not recipe.uses_tools:
+        return {}
+    known = tools.available(recipe.tool_dirs or ())
+    return {"processing_class": tool_tokenizer(recipe, model_path),
+            "tools": tools.build_tools(recipe.tools, known),
+            "environment_factory": tools.build_environment(recipe.environment, tools.environments())}
