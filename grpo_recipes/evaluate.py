@@ -29,6 +29,7 @@ from trl.models import unwrap_model_for_generation
 from .diagnostics import correctness_index, pass_at_k
 from .episodes import read_episode, transcript
 from .rollout import rollout
+from .trl_internals import summon_full_params
 
 logger = logging.getLogger("grpo_recipes.evaluate")
 
@@ -353,7 +354,7 @@ class HeldOutEvalCallback(TrainerCallback):
         gather = tr.args.ds3_gather_for_generation
         with (
             unwrap_model_for_generation(tr.model_wrapped, acc, gather_deepspeed3_params=gather) as model,
-            tr._dist.summon_full_params(tr.model_wrapped, recurse=False),
+            summon_full_params(tr),
         ):
             records, seconds = evaluate(model, tr.processing_class, mine, self.correctness, self.fmt, self.settings,
                                         tr.eos_token_ids, tr.chat_template, state) if mine else ([], 0.0)
