@@ -37,15 +37,13 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import torch
 from accelerate import PartialState
 from transformers import TrainerCallback
-from trl.trainer.utils import RepeatSampler
 
 from . import tracking
 from .signals import SignalStop, any_process
+from .trl_internals import seeded_repeat_sampler, set_epoch_order
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -263,18 +261,6 @@ def plan_run(recipe, training) -> RunPlan:
 # ------------------------------------------------------------------------------------------------- callback
 
 
-def _find_repeat_sampler(obj: Any, depth: int = 0):
-    if isinstance(obj, RepeatSampler):
-        return obj
-    if obj is None or depth > 4:
-        return None
-    for attr in ("sampler", "batch_sampler", "base_dataloader"):
-        found = _find_repeat_sampler(getattr(obj, attr, None), depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
 class CheckpointCallback(TrainerCallback):
     """Marks checkpoints complete, applies retention, turns a signal into save-and-stop, and keeps the data order
     of resumed runs identical to uninterrupted ones."""
@@ -286,8 +272,8 @@ class CheckpointCallback(TrainerCallback):
         self._epoch: int | None = None
 
     def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
-        sampler = _find_repeat_sampler(train_dataloader)
-        if sampler is None or not sampler.shuffle or sampler.seed is None:
+        sampler = seeded_repeat_sampler(train_dataloader)
+        if sampler is None:
             return
         if self._epoch is None:  # first epoch of this process: the Trainer's own formula for the resumed epoch
             batches = len(train_dataloader)
@@ -296,12 +282,7 @@ class CheckpointCallback(TrainerCallback):
             self._epoch = state.global_step // per_epoch
         else:
             self._epoch += 1
-        # RepeatSampler draws one permutation per epoch from a generator seeded once: re-derive it for this epoch.
-        generator = torch.Generator()
-        generator.manual_seed(sampler.seed)
-        for _ in range(self._epoch):
-            torch.randperm(sampler.num_samples, generator=generator)
-        sampler.generator = generator
+        set_epoch_order(sampler, self._epoch)  # RepeatSampler draws each epoch's order from one seeded generator
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.stop is not None and any_process(self.stop.signum is not None):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-from contextlib import nullcontext
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from trl.models import unwrap_model_for_generation
 from .diagnostics import correctness_index, pass_at_k
 from .episodes import read_episode, transcript
 from .rollout import rollout
+from .trl_internals import summon_full_params
 
 logger = logging.getLogger("grpo_recipes.evaluate")
 
@@ -374,7 +374,7 @@ class HeldOutEvalCallback(TrainerCallback):
         gather = getattr(tr.args, "ds3_gather_for_generation", True)
         with (
             unwrap_model_for_generation(tr.model_wrapped, acc, gather_deepspeed3_params=gather) as model,
-            _full_params(tr),
+            summon_full_params(tr),
         ):
             eos = getattr(tr, "eos_token_ids", None) or eos_token_ids(model, tr.processing_class)
             records, seconds = evaluate(model, tr.processing_class, mine, self.correctness, self.fmt, self.settings,
@@ -419,12 +419,6 @@ class HeldOutEvalCallback(TrainerCallback):
             if g is not None:
                 self.trainer.accelerator.print(f"  stage {s['stage']:<5} steps {s['from_step']}-{s['to_step']}: "
                                                f"pass@1 {g['gain']:+.3f} +- {g['se']:.3f} SE (paired)")
-
-
-def _full_params(trainer):
-    """FSDP's full parameters for generation, as GRPOTrainer gathers them; other trainers need none here."""
-    dist = getattr(trainer, "_dist", None)
-    return dist.summon_full_params(trainer.model_wrapped, recurse=False) if dist is not None else nullcontext()
 
 
 def paired_gain(first: list[dict], last: list[dict], threshold: float) -> dict | None:

@@ -12,17 +12,18 @@ and the gradient are TRL's up to float rounding (tests/test_prompt_sharing.py), 
 (A model with dropout would draw one dropout mask for the prompt per group instead of one per row.)
 
 It needs all G rows of a group in one optimiser step, one row per micro-batch, one process, and a plain
-full-attention cache: `blockers` says what prevents it in a run.
+full-attention cache: `blockers` says what prevents it in a run. The model's cache layers and TRL's fused LM head
+(log-probabilities without logits) are reached through trl_internals.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from .trl_internals import fused_logps_after, non_full_attention_cache, prompt_key_values
 
 
 def blockers(args, processes: int, model, router_loss: bool) -> list[str]:
@@ -45,9 +46,8 @@ def blockers(args, processes: int, model, router_loss: bool) -> list[str]:
         reasons.append("the Mixture-of-Experts router loss needs the whole sequence in one forward")
     if getattr(model.config, "vision_config", None) is not None:
         reasons.append("a vision-language model (images enter with the prompt)")
-    layers = DynamicCache(config=model.config).layers
-    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
-        kinds = sorted({type(layer).__name__ for layer in layers}) or ["none"]
+    kinds = non_full_attention_cache(model.config)
+    if kinds:
         reasons.append(f"the model's cache is not plain full attention ({', '.join(kinds)})")
     return reasons
 
@@ -73,14 +73,6 @@ class _Group:
     rows_left: int
 
 
-def _cache_names(model) -> tuple[str, str]:
-    """The forward's cache argument and output attribute: `cache` from transformers ~5.20, `past_key_values` before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the model
-    if "cache" in inspect.signature(type(base).forward).parameters:
-        return "cache", "cache"
-    return "past_key_values", "past_key_values"
-
-
 class PromptSharing:
     """The groups of the current optimiser step whose prompt has run and whose rows are still to come."""
 
@@ -97,7 +89,6 @@ class PromptSharing:
             compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """Log-probabilities (and entropies) of one row's completion tokens, shaped like TRL's: (1, logits_to_keep),
         padding positions 0. None for a prompt of one token (nothing to share): TRL's own path then."""
-        arg, attr = _cache_names(model)
         prompt_mask = attention_mask[0, :-logits_to_keep].bool()
         prompt = input_ids[0, :-logits_to_keep][prompt_mask]
         if prompt.numel() < 2:
@@ -108,8 +99,7 @@ class PromptSharing:
 
         state = self.groups.get(group)
         if state is None:
-            out = model(input_ids=prompt[None, :-1], use_cache=True, logits_to_keep=1)
-            live = [(layer.keys, layer.values) for layer in getattr(out, attr).layers]
+            live = prompt_key_values(model, prompt[None, :-1])
             copies = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in live]
             state = self.groups[group] = _Group(prompt, live, copies, self.group_size)
         elif not torch.equal(state.prompt, prompt):
@@ -121,7 +111,7 @@ class PromptSharing:
                   for pair, copy in zip(state.live, state.copies)]
         else:
             kv = state.copies
-        out = model(input_ids=torch.cat([prompt[-1:], completion[:-1]])[None], **{arg: DynamicCache(kv)},
-                    shift_labels=completion[None], fused_lm_head=True)
+        log_probs, entropy = fused_logps_after(model, kv, torch.cat([prompt[-1:], completion[:-1]])[None],
+                                               completion[None])
         pad = (0, logits_to_keep - length)
-        return F.pad(out.log_probs, pad), F.pad(out.entropy, pad) if compute_entropy else None
+        return F.pad(log_probs, pad), F.pad(entropy, pad) if compute_entropy else None

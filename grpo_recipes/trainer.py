@@ -1,36 +1,38 @@
 """RecipeTrainer: TRL's GRPOTrainer plus per-generation-batch diagnostics (diagnostics.py).
 
+RecipeTrainer implements the public hooks of trl_internals.HookedGRPOTrainer, which calls them from GRPOTrainer's
+private steps (that module names every TRL internal; its table says which hook stands for which step).
+
 How the numbers are captured, without an extra forward pass:
-- `_calculate_rewards` is TRL's own reward step; its result is already gathered over all processes. The override
-  keeps it, with the completion lengths (gathered the same way, so rows line up).
-- `_generate_and_score_completions` returns this process's slice of the advantages TRL computed; gathering them gives
-  the whole batch, in the same row order as the rewards (TRL itself slices by process index).
-- The diagnostics are appended to `self._metrics[mode]`, next to TRL's `reward` and `frac_reward_zero_std`, so TRL's
+- `scored_rewards` receives TRL's own reward step's result, already gathered over all processes. The hook keeps it,
+  with the completion lengths (gathered the same way, so rows line up).
+- `scored_batch` receives this process's slice of the advantages TRL computed; gathering them gives the whole batch,
+  in the same row order as the rewards (TRL itself slices by process index).
+- The diagnostics are appended to `self.metrics(mode)`, next to TRL's `reward` and `frac_reward_zero_std`, so TRL's
   `log()` averages them over the logging window and every `report_to` backend receives them.
 
 A generation batch can serve several optimiser steps (steps_per_generation, num_iterations): its diagnostics are
 recorded once, when it is generated, exactly like TRL's reward metrics, and appear in the next log.
 
-With `demonstration_field`, `_generate` scores the sampled completions quietly (no metrics, no table columns; only
+With `demonstration_field`, `generated` scores the sampled completions quietly (no metrics, no table columns; only
 `rewards/<name>/sampled_mean`, the policy's own), and puts the row's demonstration in place of the last completion
 of every group that none of them solved (the correctness reward at `correctness_threshold`, as in the diagnostics).
-TRL then scores, builds the tensors and advantages and logs from what `_generate` returned, so a demonstration
+TRL then scores, builds the tensors and advantages and logs from what `generated` returned, so a demonstration
 trains like a sampled row (the only one in its group with a positive advantage, if it is correct) and counts in
 `rewards/*` and `diag/*`. Each sampled completion is scored twice. With plain generation there are no sampling
 log-probabilities; with vLLM a demonstration's are NaN, which TRL leaves out of its importance-sampling correction.
 
 `log` logs TRL's completions table once per step: not again with the end-of-training summary.
 
-With `share_prompt_forward` (prompt_sharing.py), `_generate_and_score_completions` tags each row with its group,
-`compute_loss` passes a row's tag on, and `_get_per_token_logps_and_entropies`, for the loss's own call only, runs
-the row against its group's shared prompt cache.
+With `share_prompt_forward` (prompt_sharing.py), `scored_batch` tags each row with its group, `compute_loss` passes
+a row's tag on, and `shared_logps`, for the loss's own call only, runs the row against its group's shared prompt cache.
 
 With tools (recipe `tools:` / `environment:`), two more hooks:
-- `_generate`: TRL builds one tool table per rollout (`_sync_tool_dicts`) right before calling _generate. INVALID_CALL,
+- `before_generation`: TRL builds one tool table per rollout (`tool_tables()`) right before generating. INVALID_CALL,
   the call tool_templates' parser makes of a malformed block or an unknown tool, is added to each table, so the model
-  reads what was wrong instead of TRL ending the episode silently. Fails loudly if TRL renames the attribute.
-- `_calculate_rewards`: the completions are message lists there; the batch's tool metrics (episodes.tool_metrics)
-  join `_metrics` like the diagnostics, and each episode's one-line transcript becomes an `episode` column of the
+  reads what was wrong instead of TRL ending the episode silently. Fails loudly if TRL renames its attribute.
+- `scored_rewards`: the completions are message lists there; the batch's tool metrics (episodes.tool_metrics)
+  join `metrics(mode)` like the diagnostics, and each episode's one-line transcript becomes an `episode` column of the
   completions table (Parquet keeps `tool_calls` only as a Python repr).
 """
 
@@ -40,7 +42,6 @@ import logging
 
 import torch
 from transformers import Trainer
-from trl import GRPOTrainer
 
 from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index, equal_reward_groups
 from .episodes import tool_metrics, transcript
@@ -48,6 +49,7 @@ from .prompt_sharing import PromptSharing
 from .prompt_sharing import blockers as share_blockers
 from .tool_templates import INVALID_CALL
 from .tools import invalid_call_handler
+from .trl_internals import HookedGRPOTrainer
 from .vllm_cpu_sync import cpu_weight_sync
 
 logger = logging.getLogger("grpo_recipes")
@@ -74,7 +76,7 @@ def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
     return reasons
 
 
-class RecipeTrainer(GRPOTrainer):
+class RecipeTrainer(HookedGRPOTrainer):
     def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, skip_zero_advantage: bool = False,
                  share_prompt: bool = False, demonstration_field: str | None = None,
                  correctness: tuple[int, float] = (0, 1.0), demonstrate_unsolved: bool = True, **kwargs):
@@ -104,15 +106,12 @@ class RecipeTrainer(GRPOTrainer):
     def _uses_tools(self) -> bool:
         return bool(self.tools)  # TRL sets it for tools and for an environment's methods alike
 
-    def _generate(self, prompts):
+    def before_generation(self, prompts):
         if self._uses_tools:
-            tables = getattr(self, "_sync_tool_dicts", None)
-            if tables is None:  # TRL changed its internals: fail loudly rather than let malformed calls end episodes
-                raise RuntimeError("RecipeTrainer: GRPOTrainer no longer builds _sync_tool_dicts; update the "
-                                   "INVALID_CALL hook in grpo_recipes/trainer.py")
-            for table in tables:
+            for table in self.tool_tables():
                 table.setdefault(INVALID_CALL, invalid_call_handler(lambda t=table: sorted(set(t) - {INVALID_CALL})))
-        output = super()._generate(prompts)
+
+    def generated(self, prompts, output):
         if self.demonstrate_unsolved and self.model.training:
             output = self._demonstrate(prompts, output)
         return output
@@ -122,13 +121,10 @@ class RecipeTrainer(GRPOTrainer):
         inputs, group = self._batch_inputs, self.num_generations
         # Scored quietly: TRL scores the batch again, demonstrations in place, and logs that. Gathered, so every
         # process decides the same for every group, including a group whose rows span two processes.
-        self._log_metric = self._log_completion_extra = lambda *args, **kwargs: None
-        try:
-            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids)
-        finally:
-            del self._log_metric, self._log_completion_extra  # the instance attributes: TRL's methods again
+        with self.reward_logging_muted():
+            rewards = self.trl_rewards(inputs, prompts, completions, completion_ids)
         for name, column in zip(self.reward_func_names, rewards.T):
-            self._metrics["train"][f"rewards/{name}/sampled_mean"].append(torch.nanmean(column).item())
+            self.metrics("train")[f"rewards/{name}/sampled_mean"].append(torch.nanmean(column).item())
         solved = rewards[:, self._correctness] >= self._threshold  # NaN (unscored) is not solved
         unsolved = (~solved.view(-1, group).any(dim=1)).tolist()
         offset = self.accelerator.process_index * len(inputs)  # TRL's process slice of the gathered rows
@@ -140,18 +136,17 @@ class RecipeTrainer(GRPOTrainer):
             completions[i] = [{"role": "assistant", "content": text}] if isinstance(completions[i], list) else text
             if logprobs is not None:
                 logprobs[i] = [float("nan")] * len(completion_ids[i])
-        self._log_completion_extra("demonstration", shown)
-        self._metrics["train"]["frac_groups_demonstrated"].append(sum(unsolved) / len(unsolved))
+        self.log_extra_column("demonstration", shown)
+        self.metrics("train")["frac_groups_demonstrated"].append(sum(unsolved) / len(unsolved))
         return prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    def scored_rewards(self, inputs, prompts, completions, completion_ids_list, rewards_per_func):
         if self._uses_tools:
             mode = "train" if self.model.training else "eval"
             # Local rows only, like TRL's own tools/* metrics; log() averages them over the logging window.
             for name, value in tool_metrics(completions, [x.get("answer") for x in inputs]).items():
-                self._metrics[mode][name].append(value)
-            self._log_completion_extra("episode", [transcript(c) for c in completions])
+                self.metrics(mode)[name].append(value)
+            self.log_extra_column("episode", [transcript(c) for c in completions])
         if self.diagnostics is not None or self.skip_zero_advantage:
             lengths = None  # only the diagnostics read them
             if self.diagnostics is not None:
@@ -160,9 +155,10 @@ class RecipeTrainer(GRPOTrainer):
             self._captured = (rewards_per_func.detach(), lengths)
         return rewards_per_func
 
-    def _generate_and_score_completions(self, inputs):
+    def scoring_batch(self, inputs):
         self._batch_inputs = inputs  # _demonstrate reads each group's demonstration from its row
-        output = super()._generate_and_score_completions(inputs)
+
+    def scored_batch(self, inputs, output):
         self._batch_inputs = None
         if self._sharing is not None and self.model.training:
             # Rows come in groups of num_generations (TRL's RepeatSampler); the key travels with each row through
@@ -173,7 +169,8 @@ class RecipeTrainer(GRPOTrainer):
         if self.diagnostics is None and not self.skip_zero_advantage:
             return output
         if self._captured is None:  # TRL changed its call graph: fail loudly rather than log nothing
-            raise RuntimeError("RecipeTrainer: _calculate_rewards was not called while scoring completions")
+            raise RuntimeError("RecipeTrainer: TRL's reward step (scored_rewards) was not called while scoring "
+                               "completions; re-check grpo_recipes/trl_internals.py")
         rewards_per_func, lengths = self._captured
         self._captured = None
         mode = "train" if self.model.training else "eval"
@@ -188,7 +185,7 @@ class RecipeTrainer(GRPOTrainer):
             metrics = batch_diagnostics(rewards_per_func, self.reward_weights, advantages, lengths, group,
                                         self.diagnostics)
             for name, value in metrics.items():
-                self._metrics[mode][name].append(value)
+                self.metrics(mode)[name].append(value)
         return output
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -199,32 +196,30 @@ class RecipeTrainer(GRPOTrainer):
         # (three quarters of a CPU step) are skipped. `per_device_train_batch_size: 1` lets each row skip on its own.
         if self.skip_zero_advantage and self.model.training:
             skip = bool(inputs[EQUAL_GROUP].all())
-            self._metrics["train"]["frac_rows_skipped"].append(float(skip))  # micro-batches are equal-sized
+            self.metrics("train")["frac_rows_skipped"].append(float(skip))  # micro-batches are equal-sized
             if skip:
                 # Zero gradients, not none: AdamW passes over a parameter without a gradient, where the full batch
                 # would have moved it by its momentum. One pass over the weights, against a forward and backward.
                 return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
         if self._sharing is None or not self.model.training:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self._sharing_group = int(inputs[PROMPT_GROUP][0])  # read by _get_per_token_logps_and_entropies
+        self._sharing_group = int(inputs[PROMPT_GROUP][0])  # read by shared_logps
         loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         if self._sharing_group is not None:  # TRL changed its call graph: fail loudly rather than share nothing
-            raise RuntimeError("RecipeTrainer: GRPOTrainer's loss no longer calls _get_per_token_logps_and_entropies; "
-                               "update share_prompt_forward in grpo_recipes/trainer.py")
+            raise RuntimeError("RecipeTrainer: GRPOTrainer's loss no longer asks for the policy's log-probabilities "
+                               "(shared_logps); update share_prompt_forward in grpo_recipes/trl_internals.py")
         return loss
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args,
-                                           compute_entropy=False, **kwargs):
+    def shared_logps(self, model, input_ids, attention_mask, logits_to_keep, compute_entropy):
         # Only the loss's own call, with gradients: the reference and old-policy passes (no_grad) stay TRL's.
         group, self._sharing_group = self._sharing_group, None
         if group is not None and torch.is_grad_enabled():
             with self.accelerator.autocast():
                 shared = self._sharing.row(model, group, input_ids, attention_mask, logits_to_keep, compute_entropy)
-            self._metrics["train"]["frac_rows_prompt_shared"].append(float(shared is not None))
+            self.metrics("train")["frac_rows_prompt_shared"].append(float(shared is not None))
             if shared is not None:
                 return *shared, None
-        return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, *args,
-                                                          compute_entropy=compute_entropy, **kwargs)
+        return None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # TRL logs the completions table (and prints it) at every log call. Trainer.train's closing summary

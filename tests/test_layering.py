@@ -32,7 +32,7 @@ LAYERS = [
                 "grpo_recipes.reward_check", "grpo_recipes.hacks", "grpo_recipes.tools"]),
     ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
     ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",
-                "grpo_recipes.vllm_cpu_worker",
+                "grpo_recipes.vllm_cpu_worker", "grpo_recipes.trl_internals",
                 "grpo_recipes.answers", "grpo_recipes.arithmetic", "grpo_recipes.episodes",
                 "grpo_recipes.tool_templates",
                 "grpo_recipes.sandbox", "grpo_recipes.sandbox.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*"]),
@@ -368,3 +368,113 @@ def test_trackio_and_private_apis_stay_in_their_one_module():
                 if PRIVATE_APIS[name] != module:
                     outside.append(f"{module} uses {name}")
     assert outside == [] and seen == set(PRIVATE_APIS)  # each is used, and only where it belongs
+
+
+# ------------------------------------------------------------------------------------------- TRL's internals
+
+TRL_INTERNALS = "grpo_recipes.trl_internals"  # the one module that names TRL's internals (its CONTRACT lists them)
+
+def trl_internal_uses(module: str, source: str, names: set[str], internal_modules: tuple[str, ...],
+                      public: set[str], skip_functions: set[str] = frozenset(),
+                      allowed_imports: set[tuple[str, str]] = frozenset()) -> list[str]:
+    """Where `source` names a TRL internal: an attribute, a method (an override), a getattr string or a keyword from
+    `names`; an import from one of `internal_modules` (or their submodules) of a name `trl` does not export. A
+    module-level function of the same name overrides nothing: not counted."""
+    found = []
+
+    def internal(target: str) -> bool:
+        return matches(target, [p for m in internal_modules for p in (m, m + ".*")])
+
+    def visit(node, skipping: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            skip = skipping
+            where = f"{module}:{getattr(child, 'lineno', '?')}"
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                skip = skipping or child.name in skip_functions
+                if child.name in names and not skip and isinstance(node, ast.ClassDef):
+                    found.append(f"{where} defines {child.name}")
+            if not skip:
+                if isinstance(child, ast.Attribute) and child.attr in names:
+                    found.append(f"{where} uses .{child.attr}")
+                elif isinstance(child, ast.Constant) and child.value in names:
+                    found.append(f"{where} names {child.value!r}")
+                elif isinstance(child, ast.keyword) and child.arg in names:
+                    found.append(f"{where} passes {child.arg}=")
+                elif isinstance(child, ast.Import):
+                    found.extend(f"{where} imports {a.name}" for a in child.names if internal(a.name))
+                elif isinstance(child, ast.ImportFrom) and not child.level and internal(child.module):
+                    found.extend(f"{where} imports {a.name} from {child.module}" for a in child.names
+                                 if a.name not in public and (child.module, a.name) not in allowed_imports)
+            visit(child, skip)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def trl_names():
+    import trl
+
+    from grpo_recipes import trl_internals
+
+    public = set(dir(trl)) | set(getattr(trl, "__all__", ()))
+    return trl_internals.private_names(), trl_internals.INTERNAL_MODULES, public
+
+
+def test_the_trl_internals_scan_finds_each_way_of_naming_one():
+    names, modules, public = {"_metrics", "_generate", "_sync_tool_dicts", "fused_lm_head"}, ("trl.trainer",), {"pad"}
+    source = """
+from trl import GRPOTrainer
+from trl.trainer.utils import pad, RepeatSampler
+from trl.trainer import grpo_trainer
+import trl.trainer.utils as u
+
+
+class T(GRPOTrainer):
+    def _generate(self, prompts):
+        self._metrics["train"]["x"].append(1)
+        return getattr(self, "_sync_tool_dicts", None)
+
+    def _warm(self):
+        return self._metrics, model(fused_lm_head=True)
+
+
+def f(model):
+    return model(fused_lm_head=True), self._metrics_of_mine, "_generate is mentioned in a message"
+
+
+def _generate(model):  # a function of its own
+    return model
+"""
+    assert trl_internal_uses("m", source, names, modules, public) == [
+        "m:3 imports RepeatSampler from trl.trainer.utils",
+        "m:4 imports grpo_trainer from trl.trainer",
+        "m:5 imports trl.trainer.utils",
+        "m:9 defines _generate",
+        "m:10 uses ._metrics",
+        "m:11 names '_sync_tool_dicts'",
+        "m:14 uses ._metrics",
+        "m:14 passes fused_lm_head=",
+        "m:18 passes fused_lm_head=",
+    ]
+    assert trl_internal_uses("m", source, names, modules, public, skip_functions={"_warm"},
+                             allowed_imports={("trl.trainer.utils", "RepeatSampler")}) == [
+        "m:4 imports grpo_trainer from trl.trainer",
+        "m:5 imports trl.trainer.utils",
+        "m:9 defines _generate",
+        "m:10 uses ._metrics",
+        "m:11 names '_sync_tool_dicts'",
+        "m:18 passes fused_lm_head=",
+    ]
+
+
+def test_trl_internals_are_named_in_trl_internals_only():
+    names, modules, public = trl_names()
+    assert {"_generate", "_calculate_rewards", "_metrics", "_log_completion_extra", "_dist", "_sync_tool_dicts",
+            "fused_lm_head"} <= names  # derived from the contract table
+    files, _, _ = package_graph()
+    outside, inside = [], []
+    for module, path in files.items():
+        uses = trl_internal_uses(module, path.read_text(encoding="utf-8"), names, modules, public)
+        (inside if module == TRL_INTERNALS else outside).extend(uses)
+    assert outside == [], "reach TRL's internals through grpo_recipes/trl_internals.py (and list them in CONTRACT)"
+    assert inside  # the scan reads the module that does name them
