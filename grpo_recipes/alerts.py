@@ -333,6 +333,27 @@ class ToolResultIgnored(Detector):
         return None
 
 
+class BatchNotFilled(Detector):
+    name, title = "batch_not_filled", "Dynamic sampling could not fill the batch"
+    advice = "Groups of equal rewards were trained on after dynamic_sampling_max_rounds extra rounds: most prompts " \
+             "are too hard or too easy for the model now. Raise dynamic_sampling_max_rounds or num_generations, " \
+             "add a curriculum (curriculum: true), or change the data difficulty."
+
+    def __init__(self, cfg, patience=1):  # each unfilled batch is the event
+        super().__init__(cfg, patience)
+
+    def observe(self, metrics):
+        left = _value(metrics, "sampling/groups_unfilled")
+        if left is None:
+            return MISSING
+        return f"{left:g} groups a step left with equal rewards after the refill rounds" if left > 0 else None
+
+
+def sampling_detectors(cfg: AlertConfig) -> list[Detector]:
+    """The detectors of a run with dynamic sampling (they watch the sampling/* metrics RecipeTrainer logs)."""
+    return [BatchNotFilled(cfg)]
+
+
 def tool_detectors(cfg: AlertConfig) -> list[Detector]:
     """The detectors of a run with tools (they watch the tools/* metrics RecipeTrainer logs)."""
     return [ToolsAbandoned(cfg), ToolResultIgnored(cfg)]

@@ -166,6 +166,34 @@ class RecipeArguments:
                           "none of whose completions solves its question (above). False keeps GRPO on-policy and "
                           "leaves the column to an sft stage (`stages`)."},
     )
+    # Sampling (grpo_recipes/sampling.py)
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "After each generation batch is scored, replace its groups whose completions all scored "
+                          "alike (zero advantage) with groups of newly drawn prompts, generated and scored the same "
+                          "way, until every group's rewards differ or dynamic_sampling_max_rounds extra rounds are "
+                          "spent (DAPO's dynamic sampling). Logged as sampling/*; an alert when a batch stays "
+                          "unfilled. Needs scale_rewards group or none."},
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=4, metadata={"help": "Extra generation rounds a step may spend refilling (each a full generation "
+                                     "batch on every process)."}
+    )
+    curriculum: bool = field(
+        default=False,
+        metadata={"help": "Keep each training question's pass rate from the run's own rollouts (saved in "
+                          "checkpoints), and give a group's place to another prompt when its question's pass rate is "
+                          "at or below curriculum_low or at or above curriculum_high (shelved), except with "
+                          "probability curriculum_recheck."},
+    )
+    curriculum_low: float = field(default=0.0, metadata={"help": "Curriculum: shelved as too hard at or below this "
+                                                                  "pass rate."})
+    curriculum_high: float = field(default=1.0, metadata={"help": "Curriculum: shelved as too easy at or above this "
+                                                                   "pass rate."})
+    curriculum_recheck: float = field(
+        default=0.1, metadata={"help": "Curriculum: the chance that a shelved question is trained on anyway, so one "
+                                       "the model could not solve is tried again now and then."}
+    )
     peft_learning_rate: float | None = field(
         default=1.0e-4,
         metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from trl import get_peft_config
 
-from . import tools
-from .alerts import AlertCallback, AlertConfig, default_detectors, tool_detectors
+from . import sampling, tools
+from .alerts import AlertCallback, AlertConfig, default_detectors, sampling_detectors, tool_detectors
 from .diagnostics import correctness_index
+from .sampling import SamplingSpec
 from .stages import Stage, tool_tokenizer
 from .trainer import RecipeTrainer, diagnostics_spec
 
@@ -24,6 +25,9 @@ class GRPOStage(Stage):
     def describe(self, run) -> str:
         held_out = len(run.held_out) if run.held_out is not None else 0
         return f"grpo: {len(run.train)} train rows, {held_out} held-out rows"
+
+    def problems(self, recipe) -> list[str]:
+        return sampling.problems(recipe, self.plan.training)
 
     def configure(self, run) -> None:
         """Last settings on the stage's training config once the rewards are compiled."""
@@ -44,6 +48,7 @@ class GRPOStage(Stage):
             demonstrate_unsolved=recipe.demonstrate_unsolved_groups,
             correctness=(correctness_index([f.__name__ for f in run.funcs], recipe.correctness_reward),
                          recipe.correctness_threshold),
+            sampling=SamplingSpec.from_recipe(recipe),
             **tool_kwargs(recipe, model_path),
         )
 
@@ -56,7 +61,9 @@ class GRPOStage(Stage):
         correctness = names[correctness_index(names, recipe.correctness_reward)]
         cfg = AlertConfig.from_recipe(recipe)
         detectors = default_detectors(cfg, names, correctness, recipe.format_reward)
-        return [AlertCallback(detectors + (tool_detectors(cfg) if recipe.uses_tools else []))]
+        detectors += tool_detectors(cfg) if recipe.uses_tools else []
+        detectors += sampling_detectors(cfg) if recipe.dynamic_sampling else []
+        return [AlertCallback(detectors)]
 
 
 def tool_kwargs(recipe, model_path: str) -> dict:

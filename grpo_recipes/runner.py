@@ -114,6 +114,8 @@ def prepare(recipe_name: str | None, argv: list[str] | None = None, default_conf
         if recipe.format_reward:
             logger.info("format_reward: %s (the configured reward with role 'format')", recipe.format_reward)
     plans, problems = stages.plan_stages(recipe, training)
+    run_stages = [(stage or STAGE_KINDS[p.name])(p) for p in plans]
+    problems += [m for s in run_stages for m in s.problems(recipe)]
     problems += checks.collect(recipe, training, model_args, known, training_output=for_training)
     for p in plans[:-1]:
         problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training)]
@@ -125,7 +127,6 @@ def prepare(recipe_name: str | None, argv: list[str] | None = None, default_conf
         training.learning_rate = recipe.peft_learning_rate
     # Where the run starts (checkpoint, run name to continue); applied by checkpoint.start right before training.
     plan = checkpoint.plan_run(recipe, training) if for_training else None
-    run_stages = [(stage or STAGE_KINDS[p.name])(p) for p in plans]
     name_run(recipe_name, recipe, training, model_args, run_stages[-1])
     stages.name_stages(plans, training)
     try:

@@ -225,6 +225,10 @@ class Stage:
     def describe(self, run) -> str:
         return f"{self.name}: {len(run.train)} train rows"
 
+    def problems(self, recipe) -> list[str]:
+        """The start-up problems of what this kind of stage adds (its features' settings); loads nothing."""
+        return []
+
     def configure(self, run) -> None:
         """Last settings on the stage's training config once the rewards are compiled."""
 

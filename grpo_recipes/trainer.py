@@ -41,12 +41,16 @@ from __future__ import annotations
 import logging
 
 import torch
+from accelerate.utils import gather_object
 from transformers import Trainer
 
+from .data import question_key
 from .diagnostics import DiagnosticsSpec, batch_diagnostics, correctness_index, equal_reward_groups
 from .episodes import tool_metrics, transcript
 from .prompt_sharing import PromptSharing
 from .prompt_sharing import blockers as share_blockers
+from .sampling import (PassRates, PromptPool, Refill, SamplingSpec, SamplingState, merge, merge_gathered,
+                       merge_table, row_keys)
 from .tool_templates import INVALID_CALL
 from .tools import invalid_call_handler
 from .trl_internals import HookedGRPOTrainer
@@ -79,7 +83,8 @@ def skip_blockers(args, processes: int, router_loss: bool) -> list[str]:
 class RecipeTrainer(HookedGRPOTrainer):
     def __init__(self, *args, diagnostics: DiagnosticsSpec | None = None, skip_zero_advantage: bool = False,
                  share_prompt: bool = False, demonstration_field: str | None = None,
-                 correctness: tuple[int, float] = (0, 1.0), demonstrate_unsolved: bool = True, **kwargs):
+                 correctness: tuple[int, float] = (0, 1.0), demonstrate_unsolved: bool = True,
+                 sampling: SamplingSpec | None = None, **kwargs):
         with cpu_weight_sync():  # vLLM on a CPU trainer gets a weight sync that works there; GPUs keep TRL's
             super().__init__(*args, **kwargs)
         self.diagnostics = diagnostics
@@ -101,6 +106,14 @@ class RecipeTrainer(HookedGRPOTrainer):
         self.demonstrate_unsolved = bool(demonstration_field) and demonstrate_unsolved
         self._correctness, self._threshold = correctness  # which reward, at what score, means solved
         self._batch_inputs: list[dict] | None = None
+        self._sampling = sampling if sampling is not None and (sampling.dynamic or sampling.curriculum) else None
+        if self._sampling is not None:
+            self._rates = PassRates() if sampling.curriculum else None
+            # Each process draws its own prompts (its own seed); a resumed run takes the pool's place back.
+            self._pool = PromptPool(len(self.train_dataset), self.args.seed * 1009 + self.accelerator.process_index,
+                                    row_keys(self.train_dataset), self._rates, sampling.low, sampling.high,
+                                    sampling.recheck, min_tried=self.num_generations)
+            self.add_callback(SamplingState(self._pool, self._rates, self.accelerator.process_index))
 
     @property
     def _uses_tools(self) -> bool:
@@ -147,7 +160,7 @@ class RecipeTrainer(HookedGRPOTrainer):
             for name, value in tool_metrics(completions, [x.get("answer") for x in inputs]).items():
                 self.metrics(mode)[name].append(value)
             self.log_extra_column("episode", [transcript(c) for c in completions])
-        if self.diagnostics is not None or self.skip_zero_advantage:
+        if self.diagnostics is not None or self.skip_zero_advantage or self._sampling is not None:
             lengths = None  # only the diagnostics read them
             if self.diagnostics is not None:
                 lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=self.accelerator.device)
@@ -157,6 +170,69 @@ class RecipeTrainer(HookedGRPOTrainer):
 
     def scoring_batch(self, inputs):
         self._batch_inputs = inputs  # _demonstrate reads each group's demonstration from its row
+        if self._sampling is not None and self._sampling.curriculum and self.model.training:
+            self._swap_shelved(inputs)
+
+    def _swap_shelved(self, inputs: list[dict]) -> None:
+        """The curriculum: a group whose question is shelved gives its place to a drawn prompt (in place: TRL
+        generates for this list)."""
+        group, swapped = self.num_generations, 0
+        for start in range(0, len(inputs), group):
+            if not self._pool.lets_through(question_key(inputs[start]["question"])):
+                row = self.train_dataset[self._pool.draw(1)[0]]
+                inputs[start:start + group] = [dict(row) for _ in range(group)]
+                swapped += 1
+        self.metrics("train")["sampling/frac_groups_swapped"].append(swapped * group / len(inputs))
+
+    def _observe(self, inputs: list[dict], rewards: torch.Tensor) -> None:
+        """The curriculum's pass rates, from a scored round: every process's groups (gathered), the same table on
+        every process."""
+        group = self.num_generations
+        keys = [question_key(inputs[i]["question"]) for i in range(0, len(inputs), group)]
+        if self.accelerator.num_processes > 1:
+            keys = gather_object(keys)
+        solved = (rewards[:, self._correctness] >= self._threshold).view(-1, group).sum(dim=1).tolist()
+        self._rates.update(keys, [int(n) for n in solved], group)
+
+    def refilled(self, inputs, output):
+        if self._sampling is None or not self.model.training:
+            return output
+        if self._captured is None:  # TRL changed its call graph: fail loudly rather than sample blindly
+            raise RuntimeError("RecipeTrainer: TRL's reward step (scored_rewards) was not called while scoring "
+                               "completions; re-check grpo_recipes/trl_internals.py")
+        group, processes = self.num_generations, self.accelerator.num_processes
+        rewards, lengths = [self._captured[0]], [self._captured[1]]
+        if self._rates is not None:
+            self._observe(inputs, rewards[0])
+        if not self._sampling.dynamic:
+            return output
+        per = len(inputs) // group
+        equal = equal_reward_groups(rewards[0], self.reward_weights, group).tolist()
+        refill, outputs, tables, rounds = Refill.start(equal, processes), [output], [self.completion_rows()], 0
+        while refill.unfilled and rounds < self._sampling.max_rounds:
+            rounds += 1
+            rows = [dict(self.train_dataset[i]) for i in self._pool.draw(per) for _ in range(group)]
+            self._batch_inputs = rows
+            outputs.append(self.trl_generate_and_score(rows))
+            tables.append(self.completion_rows())
+            rewards.append(self._captured[0])
+            lengths.append(self._captured[1])
+            if self._rates is not None:
+                self._observe(rows, rewards[-1])
+            refill.fill(rounds, equal_reward_groups(rewards[-1], self.reward_weights, group).tolist())
+        mine = [(r, g - self.accelerator.process_index * per) for r, g in refill.sources[self.accelerator.process_index]]
+        merged = merge(outputs, mine, group, self.processing_class.pad_token_id)
+        merged["num_items_in_batch"] = self.loss_mask_count(merged)
+        self._captured = (merge_gathered(rewards, refill, group), merge_gathered(lengths, refill, group))
+        if self.log_completions:  # the table shows the batch trained on, not the last round's
+            self.set_completion_rows(merge_table(tables, refill, group))
+        train = self.metrics("train")
+        train["sampling/rounds"].append(float(rounds))
+        train["sampling/prompts_drawn"].append(float(rounds * per * processes))
+        train["sampling/groups_discarded"].append(float(rounds * per * processes))
+        train["sampling/frac_equal_groups_sampled"].append(sum(equal) / len(equal))
+        train["sampling/groups_unfilled"].append(float(refill.unfilled))
+        return merged
 
     def scored_batch(self, inputs, output):
         self._batch_inputs = None

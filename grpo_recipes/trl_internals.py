@@ -8,7 +8,8 @@ The rest of the package uses public names. What it needs from TRL's internals it
       _generate(prompts)                               before_generation(prompts); generated(prompts, output)
       _calculate_rewards(inputs, prompts, ...)         scored_rewards(inputs, prompts, completions, completion_ids,
                                                        rewards)
-      _generate_and_score_completions(inputs)          scoring_batch(inputs); scored_batch(inputs, output)
+      _generate_and_score_completions(inputs)          scoring_batch(inputs); refilled(inputs, output);
+                                                       scored_batch(inputs, output)
       _get_per_token_logps_and_entropies(model, ...)   shared_logps(model, input_ids, attention_mask,
                                                        logits_to_keep, compute_entropy): TRL's result, or None
 
@@ -17,6 +18,9 @@ The rest of the package uses public names. What it needs from TRL's internals it
       reward_logging_muted()   while it lasts, reward functions' log_metric / log_extra go nowhere
       trl_rewards(...)         TRL's reward step itself, without the scored_rewards hook
       tool_tables()            self._sync_tool_dicts, the per-rollout tool tables TRL builds before `_generate`
+      trl_generate_and_score(rows)  TRL's generation and scoring step for more rows (dynamic sampling's rounds)
+      completion_rows(), set_completion_rows(rows)  self._logs: the completions table's rows of the last batch
+      loss_mask_count(output)  num_items_in_batch, as TRL's step counts it, for a batch built from several
 - `summon_full_params(trainer)`: the FSDP parameter gathering TRL's own generation runs under (`trainer._dist`);
 - `HookedVLLMGeneration` and `vllm_backend_built_by(factory)`: the start-up and weight iterator of TRL's vLLM backend,
   and the module-level name GRPOTrainer.__init__ builds that backend through (vllm_cpu_sync.py);
@@ -91,7 +95,8 @@ CONTRACT = (
                  "demonstration_field's quiet scoring of the sampled completions"),
     Entry("_generate_and_score_completions", GRPO, METHOD, params=("inputs",),
           breaks="diag/* metrics (the batch's advantages), skip_zero_advantage_batches and share_prompt_forward "
-                 "(batch keys that travel with each row), demonstration_field (the batch's rows)"),
+                 "(batch keys that travel with each row), demonstration_field (the batch's rows), dynamic sampling "
+                 "and the curriculum (more rounds of it; its output's keys and padding: sampling.merge)"),
     Entry("_get_per_token_logps_and_entropies", GRPO, METHOD,
           params=("model", "input_ids", "attention_mask", "logits_to_keep"), keywords=("compute_entropy",),
           breaks="share_prompt_forward (the loss's log-probabilities from the group's shared prompt cache)"),
@@ -103,6 +108,9 @@ CONTRACT = (
                  "log_extra while demonstration_field scores quietly"),
     Entry("_log_metric", GRPO, METHOD, params=("name", "value"),
           breaks="muting reward functions' log_metric while demonstration_field scores quietly (metrics twice)"),
+    Entry("_logs", GRPO, ATTRIBUTE,
+          breaks="dynamic sampling's completions table: the rows of the batch trained on in place of the last "
+                 "refill round's (completion_rows / set_completion_rows read and rewrite its deques)"),
     Entry("_sync_tool_dicts", GRPO, ATTRIBUTE,
           breaks="the INVALID_CALL tool added to each rollout's tool table: a malformed call would end its episode "
                  "silently (tool_tables raises instead)"),
@@ -282,6 +290,11 @@ class HookedGRPOTrainer(GRPOTrainer):
     def scoring_batch(self, inputs) -> None:
         """Before TRL generates and scores the generation batch `inputs` (this process's rows)."""
 
+    def refilled(self, inputs, output: dict) -> dict:
+        """TRL's scored batch, right after TRL's step, before scored_batch: a batch to train on in its place (built
+        with trl_generate_and_score for more rows) or the same one."""
+        return output
+
     def scored_batch(self, inputs, output: dict) -> dict:
         """TRL's scored batch (this process's slice: ids, masks, advantages, ...)."""
         return output
@@ -313,6 +326,25 @@ class HookedGRPOTrainer(GRPOTrainer):
         """TRL's own reward step (gathered over all processes), without the scored_rewards hook."""
         return GRPOTrainer._calculate_rewards(self, inputs, prompts, completions, completion_ids)
 
+    def completion_rows(self) -> dict:
+        """The completions table's rows of the last scored batch, every process's (what TRL's `log` writes): prompt,
+        completion, advantages, and rewards and extra columns by name."""
+        logs = self._logs
+        return {"prompt": list(logs["prompt"]), "completion": list(logs["completion"]),
+                "advantages": list(logs["advantages"]), "rewards": {k: list(v) for k, v in logs["rewards"].items()},
+                "extra": {k: list(v) for k, v in logs["extra"].items()}}
+
+    def set_completion_rows(self, rows: dict) -> None:
+        """`rows` (completion_rows' shape) in place of the completions table's rows."""
+        logs = self._logs
+        for key in ("prompt", "completion", "advantages"):
+            logs[key].clear()
+            logs[key].extend(rows[key])
+        for part in ("rewards", "extra"):
+            logs[part].clear()
+            for name, values in rows[part].items():
+                logs[part][name].extend(values)
+
     def tool_tables(self) -> list[dict]:
         """name -> function, one table per rollout of the batch being generated (sync tools): TRL builds them right
         before generating, so read them in before_generation."""
@@ -334,7 +366,20 @@ class HookedGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self.scoring_batch(inputs)
-        return self.scored_batch(inputs, super()._generate_and_score_completions(inputs))
+        output = self.refilled(inputs, super()._generate_and_score_completions(inputs))
+        return self.scored_batch(inputs, output)
+
+    def trl_generate_and_score(self, rows) -> dict:
+        """TRL's generation and scoring step for `rows` (this process's), its generation and reward hooks included,
+        without scoring_batch, refilled and scored_batch."""
+        return GRPOTrainer._generate_and_score_completions(self, rows)
+
+    def loss_mask_count(self, output: dict) -> torch.Tensor:
+        """num_items_in_batch as TRL's step computes it: the loss mask's tokens, summed over every process."""
+        mask = output["completion_mask"]
+        if output.get("tool_mask") is not None:
+            mask = mask * output["tool_mask"]
+        return self.accelerator.gather(mask.sum()).sum()
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args,
                                            compute_entropy=False, **kwargs):

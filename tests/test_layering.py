@@ -23,7 +23,7 @@ LAYERS = [
     ("run", ["grpo_recipes.runner", "grpo_recipes.grpo_stage", "grpo_recipes.sft", "grpo_recipes.launch",
              "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
-                  "grpo_recipes.budget", "grpo_recipes.rollout", "grpo_recipes.vllm_cpu_sync",
+                  "grpo_recipes.budget", "grpo_recipes.sampling", "grpo_recipes.rollout", "grpo_recipes.vllm_cpu_sync",
                   "grpo_recipes.prompt_sharing"]),
     ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.stages", "grpo_recipes.data",
                 "grpo_recipes.task", "grpo_recipes.config",
