@@ -73,7 +73,6 @@ def collect(recipe, training, model_args=None, known: Mapping[str, registry.Rewa
     if grpo:
         problems += registry.check_specs(recipe.reward_specs, known, columns=train.column_names)
         problems += data_problems(training, train)
-        problems += demonstration_problems(recipe, train)
     elif scores_held_out and held_out is not None:
         problems += registry.check_specs(recipe.reward_specs, known, columns=held_out.column_names)
     if warmup:
@@ -238,7 +237,7 @@ def stage_problems(recipe, cfg, train=None) -> list[str]:
                             "unset. Fix: a task that sets it (task: arithmetic sets worked_solution), a column of "
                             "correct completions, another sft_format, or sft_traces_path")
         elif train is not None:
-            problems += _demonstration_column(field_, train)
+            problems += demonstration_column(field_, train)
     elif not recipe.answer_field:
         problems.append(f"answer_field: sft_format {cfg.sft_format} renders gold answers; set answer_field or "
                         "pass sft_traces_path")
@@ -276,18 +275,7 @@ def data_problems(grpo, train) -> list[str]:
     return []
 
 
-def demonstration_problems(recipe, train) -> list[str]:
-    field_ = recipe.demonstration_field
-    if not field_:
-        return []
-    if recipe.uses_tools:
-        return ["demonstration_field: a demonstration is one text, not a tool episode; unset it for tool recipes"]
-    if not recipe.demonstrate_unsolved_groups:
-        return []  # the column serves an sft stage only, which checks it (stage_problems)
-    return _demonstration_column(field_, train)
-
-
-def _demonstration_column(field_: str, train) -> list[str]:
+def demonstration_column(field_: str, train) -> list[str]:
     values = train[field_] if field_ in train.column_names else [None] * len(train)
     missing = sum(not (isinstance(v, str) and v.strip()) for v in values)
     if missing:

@@ -1,15 +1,26 @@
-"""The `grpo` stage: the GRPO trainer (trainer.RecipeTrainer) on the run's training rows, with its alerts."""
+"""The `grpo` stage: the GRPO trainer (trainer.RecipeTrainer) on the run's training rows, with its features and
+alerts. FEATURES lists the trainer's features (grpo_recipes/features/), in the order the trainer hands them each hook:
+each is built from the recipe (`from_recipe`) and checks its own settings (`problems`, `data_problems`)."""
 
 from __future__ import annotations
 
 from trl import get_peft_config
 
-from . import sampling, tools
+from . import tools
 from .alerts import AlertCallback, AlertConfig, default_detectors, sampling_detectors, tool_detectors
 from .diagnostics import correctness_index
-from .sampling import SamplingSpec
+from .features.demonstrations import Demonstrations
+from .features.diagnostics import Diagnostics
+from .features.sampling import Sampling
+from .features.sharing import PromptSharingFeature
+from .features.skip import SkipZeroAdvantage
+from .features.tools import ToolCalls
 from .stages import Stage, tool_tokenizer
-from .trainer import RecipeTrainer, diagnostics_spec
+from .trainer import RecipeTrainer
+
+# The trainer's features, in the order each hook reaches them: the skip's loss comes before prompt sharing's (a
+# skipped micro-batch runs no forward at all), the tool metrics before the rewards are kept.
+FEATURES = (ToolCalls, Demonstrations, Sampling, SkipZeroAdvantage, PromptSharingFeature, Diagnostics)
 
 
 class GRPOStage(Stage):
@@ -27,29 +38,25 @@ class GRPOStage(Stage):
         return f"grpo: {len(run.train)} train rows, {held_out} held-out rows"
 
     def problems(self, recipe) -> list[str]:
-        return sampling.problems(recipe, self.plan.training)
+        return [m for f in FEATURES for m in f.problems(recipe, self.plan.training)]
+
+    def data_problems(self, recipe, train) -> list[str]:
+        return [m for f in FEATURES for m in f.data_problems(recipe, self.plan.training, train)]
 
     def configure(self, run) -> None:
         """Last settings on the stage's training config once the rewards are compiled."""
         self.plan.training.reward_weights = [s.weight for s in run.recipe.reward_specs]
 
     def make_trainer(self, run, model_path: str):
-        recipe = run.recipe
+        names = [f.__name__ for f in run.funcs]
         return RecipeTrainer(
             model=model_path,
             reward_funcs=run.funcs,
             args=self.plan.training,
             train_dataset=self.dataset(run),
             peft_config=get_peft_config(run.model_args),
-            diagnostics=diagnostics_spec(recipe, self.plan.training, run.funcs),
-            skip_zero_advantage=recipe.skip_zero_advantage_batches,
-            share_prompt=recipe.share_prompt_forward,
-            demonstration_field=recipe.demonstration_field,
-            demonstrate_unsolved=recipe.demonstrate_unsolved_groups,
-            correctness=(correctness_index([f.__name__ for f in run.funcs], recipe.correctness_reward),
-                         recipe.correctness_threshold),
-            sampling=SamplingSpec.from_recipe(recipe),
-            **tool_kwargs(recipe, model_path),
+            features=[f.from_recipe(run.recipe, self.plan.training, names) for f in FEATURES],
+            **tool_kwargs(run.recipe, model_path),
         )
 
     def callbacks(self, trainer, run) -> list:

@@ -134,6 +134,7 @@ def prepare(recipe_name: str | None, argv: list[str] | None = None, default_conf
     except (KeyError, ValueError) as exc:
         raise ConfigError([str(exc).strip("'\"")]) from None
     problems = checks.collect(recipe, training, model_args, known, data=(train, held_out), plan=plan)
+    problems += [m for s in run_stages for m in s.data_problems(recipe, train)]
     for p in plans[:-1]:
         problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training, train)]
     if problems:

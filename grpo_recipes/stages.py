@@ -229,6 +229,10 @@ class Stage:
         """The start-up problems of what this kind of stage adds (its features' settings); loads nothing."""
         return []
 
+    def data_problems(self, recipe, train) -> list[str]:
+        """Those that only the loaded training rows show."""
+        return []
+
     def configure(self, run) -> None:
         """Last settings on the stage's training config once the rewards are compiled."""
 

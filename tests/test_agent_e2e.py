@@ -20,6 +20,7 @@ from grpo_recipes.episodes import read_episode
 from grpo_recipes.tool_templates import INVALID_CALL
 from grpo_recipes.episodes import classify
 from grpo_recipes.tools import available, build_tools, guarded, registered, tool
+from grpo_recipes.features.tools import ToolCalls
 from grpo_recipes.trainer import RecipeTrainer
 
 _spec = importlib.util.spec_from_file_location("agent_rewards_e2e", Path(__file__).parent.parent / "rewards" / "agent.py")
@@ -128,7 +129,7 @@ def trained(tiny_model_dir, smollm_tokenizer_dir, tmp_path_factory):
                       log_completions=True, num_completions_to_print=0, shuffle_dataset=False)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     trainer = ScriptedTrainer(model=model, processing_class=tool_tokenizer, reward_funcs=reward_funcs(), args=args,
-                              train_dataset=data, tools=tools)
+                              train_dataset=data, tools=tools, features=[ToolCalls()])
     try:
         trainer.train()
     finally:

@@ -24,7 +24,7 @@ LAYERS = [
              "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
                   "grpo_recipes.budget", "grpo_recipes.sampling", "grpo_recipes.rollout", "grpo_recipes.vllm_cpu_sync",
-                  "grpo_recipes.prompt_sharing"]),
+                  "grpo_recipes.prompt_sharing", "grpo_recipes.features", "grpo_recipes.features.*"]),
     ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.stages", "grpo_recipes.data",
                 "grpo_recipes.task", "grpo_recipes.config",
                 "grpo_recipes.config_files",

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from conftest import REPO, tiny_run_args
 from grpo_recipes.diagnostics import equal_reward_groups
-from grpo_recipes.trainer import skip_blockers
+from grpo_recipes.features.skip import skip_blockers
 
 
 def _run(model_dir, run_env, name: str, *extra: str) -> tuple[dict, list[dict]]:

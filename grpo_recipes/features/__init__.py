@@ -1,0 +1,1 @@
+"""RecipeTrainer's features, one module each (base.TrainerFeature; grpo_stage.FEATURES lists them in order)."""
