@@ -27,7 +27,7 @@ STAGE_NAMES = ("sft", "grpo")
 class RecipeArguments:
     """What a recipe trains on and how it is scored. GRPO/optimiser settings live in GRPOConfig."""
 
-    # Task and data
+    # Task and data (grpo_recipes/task.py, data.py)
     task: str | None = field(
         default=None,
         metadata={"help": "A task by name (tasks/*.py, `task_dirs`; docs/tasks.md): its data source, prompt, "
@@ -68,6 +68,14 @@ class RecipeArguments:
     train_size: int = field(default=1000, metadata={"help": "At most this many training rows."})
     eval_size: int = field(default=100, metadata={"help": "Held-out rows, disjoint from training by question text."})
     split_seed: int = field(default=0, metadata={"help": "Seed for procedural generation and the train/eval split."})
+    gold_check_tool: str | None = field(
+        default=None,
+        metadata={"help": "Drop rows whose gold answer this tool disagrees with: the tool is called with the row's "
+                          "`expression` (reasoning-gym: from its metadata). reasoning-gym floors some divisions, so a "
+                          "correct calculator answer would score 0 there. The number dropped is logged. Read by the "
+                          "task that knows its rows' expressions (task: arithmetic)."},
+    )
+    # Prompt
     system_prompt: str | None = field(
         default=None,
         metadata={"help": "System message. null: the chat template's own (SmolLM2's default names the model, 16 "
@@ -82,6 +90,26 @@ class RecipeArguments:
                           "completion}; the user turn is prompt_template filled from the example. An example's "
                           "question must not be a held-out question."},
     )
+    # Rewards (grpo_recipes/registry.py): what they are, which one says solved, which one is the format's
+    rewards: list | str | None = field(
+        default=None, metadata={"help": "Rewards: list of {name, weight, params}; see `grpo-recipes rewards list`."}
+    )
+    reward_dirs: list[str] | None = field(
+        default=None, metadata={"help": "Extra folders of reward files, searched before ./rewards and the shipped ones."}
+    )
+    correctness_reward: str | None = field(
+        default=None,
+        metadata={"help": "Reward that says a completion is solved (diag/solve_*, pass@k, held-out eval). Default: the first reward."},
+    )
+    correctness_threshold: float = field(
+        default=1.0, metadata={"help": "A completion counts as solved when its correctness reward is at least this."}
+    )
+    format_reward: str | None = field(
+        default=None,
+        metadata={"help": "Format reward: eval/format_rate, and the one the format-hacking alert watches "
+                          "(unset: the one configured reward registered with role='format', if exactly one; otherwise no "
+                          "format rate, and the alert watches every reward but the correctness one)."},
+    )
     # Stages (grpo_recipes/stages.py)
     stages: list | str | None = field(
         default=None,
@@ -92,45 +120,38 @@ class RecipeArguments:
                           "schedule, batch size or steps) and its entry sets the rest, e.g. "
                           "[{name: sft, max_steps: 24, learning_rate: 3e-5}, {name: grpo}]. Unset: [{name: grpo}]."},
     )
-    # Rewards
-    rewards: list | str | None = field(
-        default=None, metadata={"help": "Rewards: list of {name, weight, params}; see `grpo-recipes rewards list`."}
-    )
-    reward_dirs: list[str] | None = field(
-        default=None, metadata={"help": "Extra folders of reward files, searched before ./rewards and the shipped ones."}
-    )
-    # Tools (grpo_recipes/tools.py, docs/agent.md)
-    tools: list | str | None = field(
+    # Model
+    model_cache_dir: str | None = field(
         default=None,
-        metadata={"help": "Tools the model may call: a list of {name, params} (or names); see tools/*.py. Turns on "
-                          "multi-turn tool rollouts (GRPOConfig.max_tool_calling_iterations bounds the rounds)."},
+        metadata={"help": "Where the offline default model is converted to (default $GRPO_RECIPES_CACHE or ~/.cache)."},
     )
-    environment: dict | str | None = field(
-        default=None,
-        metadata={"help": "An environment class ({name, params}), one instance per rollout: its public methods are "
-                          "tools, reset(**row) starts an episode (TRL environment_factory)."},
+    peft_learning_rate: float | None = field(
+        default=1.0e-4,
+        metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "
+                          "~10x a full fine-tune's); null keeps learning_rate."},
     )
-    tool_dirs: list[str] | None = field(
-        default=None, metadata={"help": "Extra folders of tool files, searched before ./tools and the shipped ones."}
+    # Held-out evaluation (grpo_recipes/evaluate.py)
+    eval_heldout: bool = field(
+        default=True, metadata={"help": "Evaluate on the held-out split at train start, every eval_every_steps and at the end."}
     )
-    tool_template: str = field(
-        default="model",
-        metadata={"help": "Chat template for tool calls: `model` (the model's own; TRL must know how to parse it) or "
-                          "`chatml_tools` (ChatML models without tool support, such as SmolLM2)."},
+    eval_every_steps: int = field(
+        default=0, metadata={"help": "Held-out evaluation every N optimiser steps; 0: only at train start and end."}
     )
-    gold_check_tool: str | None = field(
-        default=None,
-        metadata={"help": "Drop rows whose gold answer this tool disagrees with: the tool is called with the row's "
-                          "`expression` (reasoning-gym: from its metadata). reasoning-gym floors some divisions, so a "
-                          "correct calculator answer would score 0 there. The number dropped is logged. Read by the "
-                          "task that knows its rows' expressions (task: arithmetic)."},
+    eval_k: int = field(
+        default=4,
+        metadata={"help": "Held-out samples per prompt (training temperature) for eval/pass@k; 0: greedy pass@1 only "
+                          "(a fifth of the cost). Also the k of diag/pass@k (0 there: num_generations)."},
     )
-    max_cpu_minutes: float | None = field(
-        default=None,
-        metadata={"help": "Stop training after this much CPU time spent in training steps (for fixed-budget "
-                          "comparisons; held-out evaluation and checkpointing are not charged); the final save "
-                          "and evaluation still run."},
+    eval_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Completion length limit for held-out evaluation (default max_completion_length)."}
     )
+    eval_generation_batch_size: int = field(
+        default=16, metadata={"help": "Held-out prompts per generate call."}
+    )
+    # GRPO features, each one module of grpo_recipes/features/ (its trainer code, checks and wiring)
+    # - diagnostics (features/diagnostics.py, diagnostics.py)
+    diagnostics: bool = field(default=True, metadata={"help": "Log diag/* metrics for every generation batch."})
+    # - skip of equal-reward micro-batches (features/skip.py)
     skip_zero_advantage_batches: bool = field(
         default=False,
         metadata={"help": "Skip the forward and backward of a training micro-batch whose rows all come from groups "
@@ -140,6 +161,7 @@ class RecipeArguments:
                           "multi_objective_aggregation sum_then_normalize, no MoE router loss, and one process: "
                           "otherwise it is off, and the start-up log says why."},
     )
+    # - prompt sharing (features/sharing.py, prompt_sharing.py)
     share_prompt_forward: bool = field(
         default=False,
         metadata={"help": "In the loss, run each group's prompt forward and backward once for all of its "
@@ -149,6 +171,7 @@ class RecipeArguments:
                           "checkpointing and a plain full-attention model: otherwise it is off, and the start-up log "
                           "says why."},
     )
+    # - demonstrations (features/demonstrations.py; an sft stage's targets too)
     demonstration_field: str | None = field(
         default=None,
         metadata={"help": "A training-row column holding a correct completion (`worked_solution`: the arithmetic "
@@ -166,7 +189,7 @@ class RecipeArguments:
                           "none of whose completions solves its question (above). False keeps GRPO on-policy and "
                           "leaves the column to an sft stage (`stages`)."},
     )
-    # Sampling (grpo_recipes/sampling.py)
+    # - dynamic sampling and the curriculum (features/sampling.py, sampling.py)
     dynamic_sampling: bool = field(
         default=False,
         metadata={"help": "After each generation batch is scored, replace its groups whose completions all scored "
@@ -194,24 +217,31 @@ class RecipeArguments:
         default=0.1, metadata={"help": "Curriculum: the chance that a shelved question is trained on anyway, so one "
                                        "the model could not solve is tried again now and then."}
     )
-    peft_learning_rate: float | None = field(
-        default=1.0e-4,
-        metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "
-                          "~10x a full fine-tune's); null keeps learning_rate."},
-    )
-    # Model
-    model_cache_dir: str | None = field(
+    # - tools (features/tools.py, grpo_recipes/tools.py, docs/agent.md)
+    tools: list | str | None = field(
         default=None,
-        metadata={"help": "Where the offline default model is converted to (default $GRPO_RECIPES_CACHE or ~/.cache)."},
+        metadata={"help": "Tools the model may call: a list of {name, params} (or names); see tools/*.py. Turns on "
+                          "multi-turn tool rollouts (GRPOConfig.max_tool_calling_iterations bounds the rounds)."},
     )
-    # Tracking
-    trackio_dir: str | None = field(
-        default=None, metadata={"help": "Local Trackio storage folder (default $TRACKIO_DIR or ~/.cache/huggingface/trackio)."}
-    )
-    trackio_group: str | None = field(
+    environment: dict | str | None = field(
         default=None,
-        metadata={"help": "Trackio run group, e.g. one sweep: the dashboard shows, hides and compares a group's runs "
-                  "together. Needs report_to: trackio."},
+        metadata={"help": "An environment class ({name, params}), one instance per rollout: its public methods are "
+                          "tools, reset(**row) starts an episode (TRL environment_factory)."},
+    )
+    tool_dirs: list[str] | None = field(
+        default=None, metadata={"help": "Extra folders of tool files, searched before ./tools and the shipped ones."}
+    )
+    tool_template: str = field(
+        default="model",
+        metadata={"help": "Chat template for tool calls: `model` (the model's own; TRL must know how to parse it) or "
+                          "`chatml_tools` (ChatML models without tool support, such as SmolLM2)."},
+    )
+    # Budget (grpo_recipes/budget.py)
+    max_cpu_minutes: float | None = field(
+        default=None,
+        metadata={"help": "Stop training after this much CPU time spent in training steps (for fixed-budget "
+                          "comparisons; held-out evaluation and checkpointing are not charged); the final save "
+                          "and evaluation still run."},
     )
     # Reliability (grpo_recipes/checkpoint.py, signals.py, tracking.py; docs/reliability.md)
     resume: bool = field(
@@ -231,37 +261,14 @@ class RecipeArguments:
     reward_failure_window: int = field(
         default=64, metadata={"help": "Completions over which each reward's failure rate is measured."}
     )
-    # Diagnostics and held-out evaluation (grpo_recipes/diagnostics.py, evaluate.py)
-    correctness_reward: str | None = field(
+    # Tracking (grpo_recipes/tracking.py)
+    trackio_dir: str | None = field(
+        default=None, metadata={"help": "Local Trackio storage folder (default $TRACKIO_DIR or ~/.cache/huggingface/trackio)."}
+    )
+    trackio_group: str | None = field(
         default=None,
-        metadata={"help": "Reward that says a completion is solved (diag/solve_*, pass@k, held-out eval). Default: the first reward."},
-    )
-    correctness_threshold: float = field(
-        default=1.0, metadata={"help": "A completion counts as solved when its correctness reward is at least this."}
-    )
-    format_reward: str | None = field(
-        default=None,
-        metadata={"help": "Format reward: eval/format_rate, and the one the format-hacking alert watches "
-                          "(unset: the one configured reward registered with role='format', if exactly one; otherwise no "
-                          "format rate, and the alert watches every reward but the correctness one)."},
-    )
-    diagnostics: bool = field(default=True, metadata={"help": "Log diag/* metrics for every generation batch."})
-    eval_heldout: bool = field(
-        default=True, metadata={"help": "Evaluate on the held-out split at train start, every eval_every_steps and at the end."}
-    )
-    eval_every_steps: int = field(
-        default=0, metadata={"help": "Held-out evaluation every N optimiser steps; 0: only at train start and end."}
-    )
-    eval_k: int = field(
-        default=4,
-        metadata={"help": "Held-out samples per prompt (training temperature) for eval/pass@k; 0: greedy pass@1 only "
-                          "(a fifth of the cost). Also the k of diag/pass@k (0 there: num_generations)."},
-    )
-    eval_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Completion length limit for held-out evaluation (default max_completion_length)."}
-    )
-    eval_generation_batch_size: int = field(
-        default=16, metadata={"help": "Held-out prompts per generate call."}
+        metadata={"help": "Trackio run group, e.g. one sweep: the dashboard shows, hides and compares a group's runs "
+                  "together. Needs report_to: trackio."},
     )
     # Alerts (grpo_recipes/alerts.py; docs/reading_curves.md says what each one means)
     alerts: bool = field(default=True, metadata={"help": "Raise alerts (log warning + Trackio alert) on failure patterns."})
