@@ -142,8 +142,8 @@ def test_an_earlier_stage_takes_the_shared_settings_and_keeps_its_own_pace(run_e
     assert (sft.name, grpo.name, grpo.training) == ("sft", "grpo", training)
     cfg = sft.training
     assert (cfg.seed, cfg.logging_steps, cfg.save_steps) == (7, 3, training.save_steps)  # shared
-    assert (cfg.max_steps, cfg.learning_rate, cfg.per_device_train_batch_size) == (24, 3e-5, 16)  # its own entry
-    assert cfg.gradient_accumulation_steps == 1 != training.gradient_accumulation_steps
+    assert (cfg.max_steps, cfg.learning_rate, cfg.per_device_train_batch_size) == (24, 3e-5, 2)  # its own entry
+    assert (cfg.gradient_accumulation_steps, training.gradient_accumulation_steps) == (8, 16)
     assert cfg.output_dir == str(run_env / "out" / "stages" / "1-sft")
 
 
