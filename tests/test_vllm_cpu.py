@@ -475,6 +475,38 @@ def test_colocate_step_reaches_the_generator(recipe_config, tmp_path):
 
 
 @pytest.mark.vllm
+def test_colocate_dynamic_sampling_refills_through_vllm(vllm_tiny_model_dir, tmp_path):
+    """Dynamic sampling's refill rounds generate with vLLM too, and their batches (with vLLM's sampling log-probs)
+    merge into one the loss trains on: groups whose answer is not a multiple of 3 score alike and are refilled."""
+    _vllm_ready()
+    config = _math_config(tmp_path, f"""model_name_or_path: {vllm_tiny_model_dir}
+train_size: 40
+eval_size: 8
+reward_dirs: [{REPO / "tests" / "data" / "skip_rewards"}]
+rewards:
+  - {{name: test_length_on_multiples_of_three, weight: 1.0}}
+learning_rate: 1.0e-2
+max_steps: 1
+dynamic_sampling: true
+dynamic_sampling_max_rounds: 3
+""")
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "recipes" / "math_grpo.py"), "--config", str(config), "--output_dir", str(out),
+           "--use_vllm", "true", "--vllm_mode", "colocate", "--report_to", "trackio", "--trackio_dir",
+           str(tmp_path / "trackio"), "--run_name", "ds", "--logging_steps", "1"]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (out / "model.safetensors").is_file()
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "trackio" / "grpo-recipes-math.db") as con:
+        rows = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics")]  # bytes or text: both load
+    [logs] = [r for r in rows if "train/loss" in r]
+    assert logs["train/sampling/rounds"] >= 1 and logs["train/sampling/frac_equal_groups_sampled"] > 0
+    assert logs["train/diag/frac_equal_groups"] <= logs["train/sampling/frac_equal_groups_sampled"]
+
+
+@pytest.mark.vllm
 def test_server_step_reaches_the_generator(recipe_config, servers, tmp_path):
     _vllm_ready()
     proc, records = run_probe(recipe_config, "server", tmp_path, port=servers.get().port)
