@@ -192,8 +192,9 @@ def main(recipe_name: str | None, default_config: Path | None = None, argv: list
         except ConfigError as exc:  # the checks that need the tokenizer (tool template)
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        evaluation = attach_evaluation(trainer, run, s, carry)
-        code = train_and_save(trainer, run, s, budget)
+        plan = stage_plan(run, s)
+        evaluation = attach_evaluation(trainer, run, s, carry, plan)
+        code = train_and_save(trainer, run, s, budget, plan)
         if code != 0 or s.plan.last or budget_spent(budget):
             break
         offset = offset + trainer.state.global_step
@@ -214,13 +215,18 @@ def budget_spent(budget: CpuBudget | None) -> bool:
     return budget is not None and budget.used_s >= budget.limit_s
 
 
-def attach_evaluation(trainer, run: Run, stage: Stage, carry: dict | None) -> HeldOutEvalCallback | None:
+def stage_plan(run: Run, stage: Stage) -> checkpoint.RunPlan:
+    """Where a stage starts: the run's plan for the last stage (made at start-up), its own folder's for another."""
+    return run.plan if stage.plan.last else checkpoint.plan_run(run.recipe, stage.plan.training)
+
+
+def attach_evaluation(trainer, run: Run, stage: Stage, carry: dict | None,
+                      plan: checkpoint.RunPlan) -> HeldOutEvalCallback | None:
     """The run's held-out evaluation on this stage's trainer: at the run's start, every eval_every_steps and at the
     stage's end, with the last stage's sampling settings."""
     recipe = run.recipe
     if not (recipe.eval_heldout and run.held_out is not None and len(run.held_out)):
         return None
-    plan = run.plan if stage.plan.last else checkpoint.plan_run(recipe, stage.plan.training)
     guarded = tools.build_tools(recipe.tools, tools.available(recipe.tool_dirs or ())) if recipe.tools else None
     callback = HeldOutEvalCallback.from_recipe(trainer, recipe, run.held_out, run.funcs, plan.resume_from,
                                                training=run.training, tools=guarded, offset=stage.offset,
@@ -235,7 +241,8 @@ def _reward_failure(trainer, exc: RewardFailureRateExceeded) -> int:
     return 3
 
 
-def train_and_save(trainer, run: Run, stage: Stage | None = None, budget: CpuBudget | None = None) -> int:
+def train_and_save(trainer, run: Run, stage: Stage | None = None, budget: CpuBudget | None = None,
+                   plan: checkpoint.RunPlan | None = None) -> int:
     """Train one stage, save it and finish the trackers (trainer.end()); -> the process exit code."""
     stage = stage or run.stage
     training = stage.plan.training
@@ -244,7 +251,7 @@ def train_and_save(trainer, run: Run, stage: Stage | None = None, budget: CpuBud
     if budget is not None:
         # First in line: its clock must stop before other callbacks' step-end work (held-out eval) starts.
         trainer.callback_handler.callbacks.insert(0, budget)
-    plan = run.plan if stage.plan.last else checkpoint.plan_run(run.recipe, training)
+    plan = plan or stage_plan(run, stage)
     plan.step_offset = getattr(stage, "offset", 0)
     session = checkpoint.start(trainer, plan, training)  # checkpoint markers, retention, SIGTERM/SIGINT
     try:

@@ -190,12 +190,6 @@ def done(plan: StagePlan) -> dict | None:
         return None
 
 
-def earlier_run(output_dir: str | os.PathLike) -> list[str]:
-    """Stage folders an earlier run left in output_dir."""
-    root = Path(output_dir) / STAGES_DIR
-    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-
-
 def discard(output_dir: str | os.PathLike) -> None:
     """--overwrite_output_dir: the earlier run's stage folders go (its last stage's checkpoints: checkpoint.start)."""
     shutil.rmtree(Path(output_dir) / STAGES_DIR, ignore_errors=True)
