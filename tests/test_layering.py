@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Top to bottom. A module may import modules of its own layer (the whole graph must stay acyclic) or of lower
 # layers, never of higher ones. "x.*" also matches the package x's submodules.
 LAYERS = [
-    ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*"]),
+    ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*", "grpo_recipes.doctor"]),
     ("run", ["grpo_recipes.runner", "grpo_recipes.grpo_stage", "grpo_recipes.sft", "grpo_recipes.launch",
              "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",

@@ -1,4 +1,4 @@
-"""`grpo-recipes` command: `rewards` (list, check), `eval` and `launch`, one module per subcommand.
+"""`grpo-recipes` command: `rewards` (list, check), `eval`, `launch` and `doctor`, one module per subcommand.
 
 Each module has `register(subparsers)`, whose parser sets `func(args) -> exit code`. Only the module of the
 subcommand being run is imported (all of them for `--help`): `launch` needs neither TRL nor the datasets stack, and
@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "rewards": "grpo_recipes.cli.rewards",
     "eval": "grpo_recipes.cli.eval",
     "launch": "grpo_recipes.cli.launch",
+    "doctor": "grpo_recipes.cli.doctor",
 }
 
 
