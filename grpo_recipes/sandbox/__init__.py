@@ -7,11 +7,12 @@
 
 The host decides every verdict it can: tests are split (split.py) so that the program's calls run in the sandbox
 and their values come back as plain data, while the comparisons and expected values stay here. Each job runs
-under a supervisor that is PID 1 of fresh pid, mount and ipc namespaces, in a network namespace with no
-connectivity, inside a minimal read-only root (the interpreter and its standard library), as a unique
-unprivileged uid, in a per-job cgroup, under a seccomp filter. Jobs are forked from pre-started interpreters
-("zygotes"). Where the machine lacks a protection, `isolation()` says which at start-up; $GRPO_SANDBOX_REQUIRE
-makes the sandbox refuse to run without it.
+under a supervisor that is PID 1 of fresh pid and mount namespaces (each run of the program in its own ipc
+namespace), in a network namespace with no connectivity and unix sockets only, inside a minimal read-only root
+(the interpreter and its standard library, as inodes of the zygote's own), as a unique unprivileged uid, in a
+per-job cgroup, under a seccomp filter. Jobs are forked from pre-started interpreters ("zygotes"). Where the
+machine lacks a protection, `isolation()` says which at start-up; $GRPO_SANDBOX_REQUIRE makes the sandbox
+refuse to run without it.
 
 Layout: host.py (API, pool, detection), split.py (tests -> host-judged plans), verdict.py (records -> results),
 inside/ (everything that runs in the sandbox's interpreter: zygote, jail, harness, codec, seccomp, cgroup).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import logging
 import marshal
 import os
@@ -39,7 +40,22 @@ MAX_WORKERS = 64  # default pool size cap, and how many idle zygotes (about 12 M
 STARTUP_SLACK_S = 20.0  # the host gives up on a supervisor this long after the job's own deadline
 ENV_ISOLATION = "GRPO_SANDBOX_ISOLATION"  # auto (default) | namespaces | userns | none
 ENV_REQUIRE = "GRPO_SANDBOX_REQUIRE"  # comma list of PROTECTIONS to insist on: refuse to run without them
-PROTECTIONS = ("namespaces", "minimal_root", "seccomp", "cgroup", "unique_uid", "oom_score_adj")
+PROTECTIONS = ("namespaces", "minimal_root", "seccomp", "cgroup", "unique_uid", "oom_score_adj", "unix_sockets_only",
+               "private_inodes")
+# What the start-up warning says a missing protection means (docs/sandbox.md quotes each one).
+CONSEQUENCES = {
+    "namespaces": "programs share the host's network and see its processes",
+    "minimal_root": "programs see the host's files (those their uid may read)",
+    "seccomp": "programs may call unshare, keyctl, io_uring, bpf, ptrace and the mount API: only the kernel's own "
+               "permission checks stand",
+    "cgroup": f"memory is capped per process only (RLIMIT_AS = memory_mb, RLIMIT_NPROC = {NPROC} per uid): "
+              f"up to {NPROC} x memory_mb for a job",
+    "unique_uid": "jobs share one uid: they may signal each other's processes and share per-uid limits",
+    "oom_score_adj": "under memory pressure the kernel may kill the trainer before a sandbox process",
+    "unix_sockets_only": "programs may open AF_VSOCK sockets, whose ports are the host's, and hold ports of other "
+                         "families in the network namespace",
+    "private_inodes": "file locks, leases and inotify marks on those files reach jobs that run at the same time",
+}
 _UID_BASE, _UID_SPAN = 0x50000000, 1 << 24  # unique per-job uids: no /etc/passwd entry, no shared rlimits
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 # The interpreter the sandbox runs: the base one, since -S ignores the venv anyway.
@@ -133,7 +149,8 @@ def run_program(code: str, stdin: str = "", *, timeout_s: float = 5.0, memory_mb
     try:
         if iso.mode == "unavailable":
             raise _Infra(f"sandbox unavailable: {iso.problem}")
-        report = _execute(iso, "io", code, [], [stdin.encode()], timeout_s, memory_mb, max(1, int(output_cap)))
+        cap = max(1, int(output_cap))
+        report = _execute(iso, "io", code, [], [stdin.encode()], timeout_s, memory_mb, cap, full_keep=cap)
         run = report["runs"][0]
     except _Infra as exc:
         return ProgramResult("infra_error", None, "", "", str(exc), time.monotonic() - start)
@@ -227,19 +244,39 @@ def isolation() -> Isolation:
                 logger.error("sandbox: %s (${%s}=%s)", problem, ENV_REQUIRE, ",".join(sorted(key[1])))
                 iso = Isolation("unavailable", problem=problem, walls=iso.walls)
             elif iso.missing():
-                _warn_once(f"sandbox: running WITHOUT {', '.join(iso.missing())}: "
-                           + "; ".join(f"{k}: {v}" for k, v in iso.missing().items())
-                           + f". Set ${ENV_REQUIRE} to refuse to run without them.")
+                _warn_once(missing_warning(iso))
             _iso_cache[key] = iso
             logger.info("sandbox isolation: %s", iso.describe())
         return _iso_cache[key]
 
 
-def _probe(iso: Isolation) -> tuple[str, dict]:
-    """('', the program's walls) when a trivial job passes under `iso`, else (what went wrong, {})."""
-    program = "import json\nx = json.loads('1')\nprint('probe')"  # json: a stdlib import must work
+def missing_warning(iso: Isolation) -> str:
+    """The start-up warning: each missing protection, why, and what that means for a program."""
+    return (f"sandbox: running WITHOUT {', '.join(iso.missing())}: "
+            + "; ".join(f"{k} ({v}): {CONSEQUENCES[k]}" for k, v in iso.missing().items())
+            + f". Set ${ENV_REQUIRE} to refuse to run without them.")
+
+
+# json: a stdlib import must work. The sockets a program must not open: AF_VSOCK, whose ports are the host's, and
+# families that would hold ports or state in the zygote's network namespace.
+_PROBE = """import json, socket
+x = json.loads('1')
+opened = []
+for name, family, kind in (("AF_VSOCK", 40, 1), ("AF_INET", 2, 2), ("AF_INET6", 10, 2), ("AF_NETLINK", 16, 3)):
     try:
-        report = _execute(iso, "tests", program, [split.split_test("assert x == 1")], [], 60.0, 256, OUTPUT_CAP)
+        socket.socket(family, kind).close()
+        opened.append(name)
+    except OSError:
+        pass
+print(json.dumps(opened))
+"""
+
+
+def _probe(iso: Isolation) -> tuple[str, dict]:
+    """('', the program's walls and the socket families it opened) when a trivial job passes under `iso`, else
+    (what went wrong, {})."""
+    try:
+        report = _execute(iso, "tests", _PROBE, [split.split_test("assert x == 1")], [], 60.0, 256, OUTPUT_CAP)
     except _Infra as exc:
         return str(exc), {}
     except Exception as exc:
@@ -248,7 +285,7 @@ def _probe(iso: Isolation) -> tuple[str, dict]:
     ready, done, outcomes, forged = verdict.read_tests(run["records"], report["nonce"],
                                                        [split.split_test("assert x == 1")])
     if done and outcomes and outcomes[0].passed and not forged:
-        return "", run["walls"]
+        return "", dict(run["walls"], sockets=json.loads(_text(run["stdout"])))
     return f"the probe job failed ({_outcome(run)}): {_text(run['stderr'])[-600:]}".strip(), {}
 
 
@@ -292,6 +329,8 @@ def _with_walls(iso: Isolation) -> Isolation:
     if walls.get("cgroup", "") == "" and not program_walls.get("cgroup"):
         walls["cgroup"] = "the program's process did not join the job cgroup"
     walls["namespaces"] = "" if iso.namespaces else "isolation mode none: no pid, network, mount or ipc namespaces"
+    opened = program_walls["sockets"]
+    walls["unix_sockets_only"] = f"a program opened {', '.join(opened)} sockets" if opened else ""
     walls["unique_uid"] = "" if iso.drop_uid else (
         "not root: programs run as the caller's uid" + (" (uid 0 of a user namespace, no capabilities)"
                                                         if iso.userns else ""))
@@ -435,20 +474,22 @@ class _Zygote:
             self.usable = False  # a half-read answer would be read as the next job's: never reuse it
             raise
 
-    def _read(self, n: int, deadline: float) -> bytes:
-        fd, buf = self.proc.stdout.fileno(), bytearray()
+    def _read(self, n: int, deadline: float) -> bytearray:
+        """`n` bytes, read in place: a report is held once, however much the program printed."""
+        fd, buf, got = self.proc.stdout.fileno(), bytearray(n), 0
+        view = memoryview(buf)
         poller = select.poll()
         poller.register(fd, select.POLLIN)
-        while len(buf) < n:
+        while got < n:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise _Infra("the supervisor did not answer in time")
             if poller.poll(left * 1000):
-                chunk = os.read(fd, n - len(buf))
-                if not chunk:
+                moved = os.readv(fd, [view[got:]])
+                if not moved:
                     raise _Infra(f"zygote exited ({self.proc.poll()})")
-                buf += chunk
-        return bytes(buf)
+                got += moved
+        return buf
 
     def kill(self, uid: int | None = None) -> None:
         """Its group holds the supervisors; their pid namespaces die with them (PR_SET_PDEATHSIG)."""
@@ -527,8 +568,11 @@ def _take_uid() -> int:
 
 
 def _execute(iso: Isolation, kind: str, program: str, plans: list, stdins: list[bytes], timeout_s: float,
-             memory_mb: int, out_cap: int) -> dict:
-    """Run one job in a zygote of `iso`: the supervisor's report, with the job's nonce. Raises _Infra."""
+             memory_mb: int, out_cap: int, full_keep: int = OUTPUT_CAP) -> dict:
+    """Run one job in a zygote of `iso`: the supervisor's report, with the job's nonce. Raises _Infra.
+
+    A stdout that reached `out_cap` comes back cut to `full_keep` bytes: an io case that fills its cap fails
+    whatever it printed, so the host needs only what it shows."""
     nonce = secrets.token_hex(16)
     uid = _take_uid() if iso.drop_uid else None
     workdir = None if iso.namespaces else tempfile.mkdtemp(prefix="grpo-sandbox-")
@@ -540,6 +584,7 @@ def _execute(iso: Isolation, kind: str, program: str, plans: list, stdins: list[
             "memory_mb": int(memory_mb), "disk_mb": DISK_MB, "nofile": NOFILE, "nproc": NPROC,
             # RLIMIT_NPROC counts all processes of a uid: when the job shares the caller's, it gets NPROC more
             "nproc_shared": uid is None and not iso.userns, "out_cap": out_cap, "err_cap": OUTPUT_CAP,
+            "full_keep": full_keep,
             "records_cap": RECORDS_CAP, "job": {"nonce": nonce, "kind": kind},
         }
         # The program, the tests and each stdin travel as separate blobs: the zygote moves them into memfds
@@ -550,6 +595,8 @@ def _execute(iso: Isolation, kind: str, program: str, plans: list, stdins: list[
             zygote = _checkout(iso.mode)
             try:
                 raw, trailer = zygote.request(parts, timeout_s + STARTUP_SLACK_S, answers=2)
+                trailer = marshal.loads(trailer)
+                zygote.usable = not trailer.get("retire")  # a job's sockets outlived it: start a fresh one
                 break
             except _ZygoteGone:
                 zygote.kill(None if iso.namespaces else uid)
@@ -561,7 +608,7 @@ def _execute(iso: Isolation, kind: str, program: str, plans: list, stdins: list[
             finally:
                 _checkin(iso.mode, zygote)
         report = _read_report(raw)
-        for note in report.get("notes", []) + marshal.loads(trailer).get("notes", []):
+        for note in report.get("notes", []) + trailer.get("notes", []):
             _warn_once(f"sandbox: {note}")
         if report.get("error"):
             raise _Infra(report["error"])
@@ -575,8 +622,10 @@ def _execute(iso: Isolation, kind: str, program: str, plans: list, stdins: list[
                 _uids_in_use.discard(uid)
 
 
-def _read_report(raw: bytes) -> dict:
-    """P1's report: [8-byte length][marshal meta], then each run's stdout, stderr and records (sizes in meta)."""
+def _read_report(raw: bytearray) -> dict:
+    """P1's report: [8-byte length][marshal meta], then each run's stdout, stderr and records (sizes in meta).
+
+    stdout and stderr are views of `raw`, not copies; the records, parsed on the host, are bytes."""
     if len(raw) < 8:
         raise _Infra("the job process died without a report")
     size = int.from_bytes(raw[:8], "little")
@@ -584,10 +633,10 @@ def _read_report(raw: bytes) -> dict:
         report = marshal.loads(raw[8:8 + size])
     except (EOFError, ValueError, TypeError) as exc:
         raise _Infra("unreadable supervisor report") from exc
-    pos = 8 + size
+    pos, view = 8 + size, memoryview(raw)
     for run in report.get("runs", []):
         for name, n in zip(("stdout", "stderr", "records"), run.pop("sizes")):
-            run[name] = raw[pos:pos + n]
+            run[name] = bytes(view[pos:pos + n]) if name == "records" else view[pos:pos + n]
             pos += n
     return report
 
@@ -626,8 +675,19 @@ def _remove_tree(path: str) -> None:
         _warn_once(f"sandbox: could not remove work dir {path}: {exc}")
 
 
-def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
+def _text(raw) -> str:
+    return str(raw, "utf-8", "replace")
+
+
+def _head(chunks, cap: int = OUTPUT_CAP) -> str:
+    """The first `cap` bytes of `chunks`, decoded: no more of them is ever joined or decoded."""
+    out, left = [], cap
+    for chunk in chunks:
+        if left <= 0:
+            break
+        out.append(chunk[:left])
+        left -= len(out[-1])
+    return _text(b"".join(out))
 
 
 def _outcome(run: dict) -> str:
@@ -683,7 +743,6 @@ def _score_io(job: Job, report: dict, start: float) -> SandboxResult:
     passed = sum(verdicts) if status != "infra_error" else 0
     if not status:
         status, detail = ("ok" if passed == job.total else "failed"), f"{passed}/{job.total} cases passed"
-    out = "".join(_text(r["stdout"]) for r in runs)[:OUTPUT_CAP]
-    err = "".join(_text(r["stderr"]) for r in runs)[:OUTPUT_CAP]
+    out, err = _head(r["stdout"] for r in runs), _head(r["stderr"] for r in runs)
     return SandboxResult(passed, job.total, status, out, err, detail, time.monotonic() - start, tuple(verdicts),
                          ("host",) * job.total)

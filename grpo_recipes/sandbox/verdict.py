@@ -5,12 +5,17 @@ ready, load, then per test either its steps' results and `end` (host mode) or `v
 done. The program can write there too. A line out of order, with another nonce, or not well formed marks the
 job as tampered with: 0 passed. A program that forges well-formed host-mode records only reports values of
 its choosing, which it could have returned anyway: the host still compares them with values it never sent.
+Records are parsed one at a time as the host reads them, never more lines than the harness writes, and a long
+line only as a flat token list within the codec's bounds: forged records cost the host no more memory than
+honest ones.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from json.decoder import scanstring as _scanstring
 
 from . import split
 from .inside import codec
@@ -33,23 +38,83 @@ def _no_float(text: str):
     raise ValueError("floats travel as strings")
 
 
-def _records(raw: bytes, nonce: str) -> tuple[list[list], bool]:
-    """(parsed records, forged). A partial last line (the process was killed mid-write) is dropped."""
-    lines = raw.split(b"\n")[:-1]
-    out = []
-    prefix = (nonce + " ").encode()
-    for line in lines:
-        if not line.startswith(prefix):
-            return out, True
-        try:
-            record = json.loads(line[len(prefix):].decode("utf-8"), parse_int=_bounded_int, parse_float=_no_float,
-                                parse_constant=_no_float)
-        except (ValueError, RecursionError):
-            return out, True
-        if not isinstance(record, list) or not record or not isinstance(record[0], str):
-            return out, True
-        out.append(record)
-    return out, False
+SHORT_LINE = 4096  # longer record lines must be value records in the harness's compact form
+_VALUE_HEAD = re.compile(rb'\["value",(0|[1-9][0-9]{0,8}),(0|[1-9][0-9]{0,8}),\[')
+_COUNT = re.compile(r"0|[1-9][0-9]{0,19}")
+
+
+def _most_records(plans: list[split.Plan]) -> int:
+    """The longest record stream the harness writes for `plans`: ready, load, per test its steps and end (host
+    mode) or its verdict, done."""
+    return 3 + sum(len(p.steps) + 1 if p.mode == "host" else 1 for p in plans)
+
+
+def _records(raw: bytes, nonce: str, limit: int):
+    """The records one at a time, each parsed only when the host reads it; None for a line that is not well
+    formed (the end of the stream for the host). More than `limit` lines are tampering whatever they hold: they
+    are never parsed. A partial last line (the process was killed mid-write) is dropped."""
+    if raw.count(b"\n") > limit:
+        yield None
+        return
+    prefix, start = (nonce + " ").encode(), 0
+    while True:
+        end = raw.find(b"\n", start)
+        if end < 0:
+            return
+        record = _parse(raw, start + len(prefix), end) if raw.startswith(prefix, start) else None
+        yield record
+        if record is None:
+            return
+        start = end + 1
+
+
+def _parse(raw: bytes, start: int, end: int) -> list | None:
+    """The record in raw[start:end]."""
+    if end - start > SHORT_LINE:
+        head = _VALUE_HEAD.match(raw, start, end)
+        tokens = _flat_tokens(raw, head.end(), end) if head else None
+        return None if tokens is None else ["value", int(head[1]), int(head[2]), tokens]
+    try:
+        record = json.loads(raw[start:end].decode("utf-8"), parse_int=_bounded_int, parse_float=_no_float,
+                            parse_constant=_no_float)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, list) and record and isinstance(record[0], str) else None
+
+
+def _flat_tokens(raw: bytes, start: int, end: int) -> list | None:
+    """A value's tokens in raw[start:end] (strings and item counts, nothing nested, then `]]`), read one at a
+    time and no more of them than the codec allows: whatever the line holds, parsing it makes no more objects
+    than an honest value would."""
+    if raw[start:start + 1] not in (b'"', b"]") and not raw[start:start + 1].isdigit():
+        return None
+    try:
+        text = str(memoryview(raw)[start:end], "ascii")  # the harness writes JSON with ensure_ascii
+    except UnicodeDecodeError:
+        return None
+    if text == "]]":
+        return []
+    tokens, chars, pos = [], 0, 0
+    while len(tokens) <= codec.MAX_TOKENS + 8:  # past the codec's bound, decode rejects the value, not the job
+        if text.startswith('"', pos):
+            try:
+                token, pos = _scanstring(text, pos + 1, True)
+            except ValueError:
+                return None
+            chars += len(token)
+            if chars > 4 * codec.MAX_BYTES:
+                return None
+        else:
+            count = _COUNT.match(text, pos)
+            if count is None:
+                return None
+            token, pos = int(count[0]), count.end()
+        tokens.append(token)
+        if text.startswith(",", pos):
+            pos += 1
+        else:
+            return tokens if pos + 2 == len(text) and text.endswith("]]") else None
+    return None
 
 
 def _step_value(record: list, test: int, step: int):
@@ -73,21 +138,23 @@ def _step_value(record: list, test: int, step: int):
 
 def read_tests(raw: bytes, nonce: str, plans: list[split.Plan]) -> tuple[bool, bool, list[TestOutcome], str]:
     """(ready, done, one outcome per test seen, forged: why or ''), from the records of a tests job."""
-    records, forged = _records(raw, nonce)
-    reason = "result records tampered with" if forged else ""
-    pos, outcomes, ready, done = 0, [], False, False
+    records = _records(raw, nonce, _most_records(plans))
+    reason, outcomes, ready, done = "", [], False, False
 
     def take():
-        nonlocal pos
-        pos += 1
-        return records[pos - 1] if pos <= len(records) else None
+        nonlocal reason
+        record = next(records, False)  # False: the end of the stream; None: a line that is not well formed
+        if record is None:
+            reason = "result records tampered with"
+        return record or None
 
     def fail(why: str):
         return ready, False, outcomes, why
 
-    if records[:1] != [["ready"]]:
-        return fail(reason) if records else (False, False, [], reason)
-    ready, pos = True, 1
+    first = take()
+    if first != ["ready"]:
+        return fail(reason) if first is not None else (False, False, [], reason)
+    ready = True
     load = take()
     if load is None:
         return ready, False, outcomes, reason
@@ -119,7 +186,7 @@ def read_tests(raw: bytes, nonce: str, plans: list[split.Plan]) -> tuple[bool, b
     record = take()
     if record is None:
         return ready, False, outcomes, reason
-    if record != ["done"] or pos != len(records):
+    if record != ["done"] or take() is not None or reason:
         return fail("result records tampered with")
     done = True
     return ready, done, outcomes, reason

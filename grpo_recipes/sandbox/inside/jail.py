@@ -4,6 +4,11 @@ The minimal root is a read-only tmpfs holding only what the interpreter needs: i
 site-packages masked by an empty tmpfs), the directories of the shared libraries it and its extension modules
 load, /etc/ld.so.cache, a /dev with null, zero, full, random and urandom, and mount points for /proc, /tmp,
 /dev/shm and the work dir, which each job mounts fresh. No project files, no home directories, no host sockets.
+
+Every file in it is an inode of this zygote's own: the folders are read-only overlays of the host's (a file,
+such as the interpreter, is bound out of an overlay of its folder) and the devices are made with mknod. File
+locks, leases and inotify marks live on the inode, so they reach no job of another zygote; jobs of one zygote
+run one at a time, and nothing of a job outlives it (zygote.settle_sockets).
 """
 
 from __future__ import annotations
@@ -64,10 +69,28 @@ def _read_only_tree(path: str) -> None:
             mount(None, point, None, flags)
 
 
-def build_root(cfg: dict, arch: str) -> str:
+def _private_copy(path: str, fd: int, dst: str, layer: str, empty: str) -> None:
+    """Mount at `dst` a read-only overlay of the folder `fd`, or bind the file `fd` out of an overlay of its
+    folder (mounted at `layer` for the moment): inodes of this zygote's own, with the host's contents."""
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        mount("overlay", dst, "overlay", MS_RDONLY, "lowerdir=/proc/self/fd/%d:%s" % (fd, empty))
+        return
+    folder = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        mount("overlay", layer, "overlay", MS_RDONLY, "lowerdir=/proc/self/fd/%d:%s" % (folder, empty))
+    finally:
+        os.close(folder)
+    try:
+        mount(os.path.join(layer, os.path.basename(path)), dst, None, MS_BIND)
+    finally:
+        umount(layer)  # the bind keeps the overlay alive
+
+
+def build_root(cfg: dict, arch: str) -> tuple[str, str]:
     """Called once per zygote, in its own mount namespace: build the minimal root and move into it.
 
-    Returns a note when it had to settle for less than pivot_root ('' otherwise).
+    Returns (a note when it had to settle for less than pivot_root, why some inodes are the host's), '' for each
+    when not.
     """
     sources = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in cfg["binds"]]
     devices = [(n, os.open("/dev/" + n, os.O_PATH | os.O_CLOEXEC)) for n in DEVICES if os.path.exists("/dev/" + n)]
@@ -78,6 +101,10 @@ def build_root(cfg: dict, arch: str) -> str:
     for path, target in cfg["links"]:
         os.makedirs(new + os.path.dirname(path), exist_ok=True)
         os.symlink(target, new + path)
+    shared = []  # what stays the host's inodes, and why
+    empty, layer = new + "/.empty", new + "/.layer"  # an overlay needs two lower layers; removed below
+    os.makedirs(empty)
+    os.makedirs(layer)
     for path, fd in sources:
         dst = new + path
         if stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -85,16 +112,30 @@ def build_root(cfg: dict, arch: str) -> str:
         else:
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             open(dst, "wb").close()
-        mount("/proc/self/fd/%d" % fd, dst, None, MS_BIND | MS_REC)
+        try:
+            _private_copy(path, fd, dst, layer, empty)
+        except OSError as exc:  # no overlayfs here (Linux < 5.11 in a user namespace, or too deep a stack)
+            shared.append("%s: bound, not overlaid (%s)" % (path, exc.strerror or exc))
+            mount("/proc/self/fd/%d" % fd, dst, None, MS_BIND | MS_REC)
         os.close(fd)
+    os.rmdir(layer)
     for path in cfg["masks"]:
         mount("tmpfs", new + path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4k")
     os.makedirs(new + "/dev")
     mount("tmpfs", new + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
+    bound = []
     for name, fd in devices:
-        open(new + "/dev/" + name, "wb").close()
-        mount("/proc/self/fd/%d" % fd, new + "/dev/" + name, None, MS_BIND)
+        st = os.fstat(fd)
+        try:
+            os.mknod(new + "/dev/" + name, stat.S_IFCHR | 0o600, st.st_rdev)
+            os.chmod(new + "/dev/" + name, stat.S_IMODE(st.st_mode))
+        except PermissionError:  # a user namespace may not make device nodes: bind the host's
+            bound.append("/dev/" + name)
+            open(new + "/dev/" + name, "wb").close()
+            mount("/proc/self/fd/%d" % fd, new + "/dev/" + name, None, MS_BIND)
         os.close(fd)
+    if bound:
+        shared.append("%s: the host's (mknod needs root)" % ", ".join(bound))
     for i, name in enumerate(("stdin", "stdout", "stderr")):
         os.symlink("/proc/self/fd/%d" % i, new + "/dev/" + name)
     os.symlink("/proc/self/fd", new + "/dev/fd")
@@ -115,8 +156,9 @@ def build_root(cfg: dict, arch: str) -> str:
     else:
         check(-1, "pivot_root")
     os.chdir("/")
+    os.rmdir("/.empty")  # the overlays hold on to it; it is gone from the tree
     _read_only_tree("/")
-    return note
+    return note, "; ".join(shared)
 
 
 def close_fds_except(keep: set[int]) -> None:
@@ -145,8 +187,9 @@ def take_fds(fds: list[int], go_w: int, cgroup_procs: list[int]) -> int:
 def enter(spec: dict, joined_cgroup: bool, seccomp_filter: bytes | None) -> dict:
     """R walls itself in before any program code runs; returns which walls it got."""
     os.setsid()  # its own process group: killpg(0) from the program cannot reach the supervisor
-    if spec["ns"] and joined_cgroup:
-        check(libc.unshare(CLONE_NEWCGROUP), "unshare cgroup")  # /proc/self/cgroup then shows "/" only
+    if spec["ns"]:  # ipc: no SysV or POSIX-queue object of a run (an io case) reaches the next one
+        cg = CLONE_NEWCGROUP if joined_cgroup else 0  # cgroup: /proc/self/cgroup then shows "/" only
+        check(libc.unshare(CLONE_NEWIPC | cg), "unshare ipc, cgroup")
     os.chdir(spec["cwd"])
     uid = spec["uid"]
     if uid is not None:

@@ -1,12 +1,14 @@
 """The zygote: a started interpreter that forks one walled-in job after another (`python -I -S -B <this folder>`).
 
     zygote  own net + uts [+ user] + mount namespaces, living in the minimal root (jail.build_root)
-      └─ S      one per job, forked once the job's cgroup exists: new pid + mount + ipc namespaces
+      └─ S      one per job, forked once the job's cgroup exists: new pid + mount namespaces
           └─ P1     the supervisor, PID 1 of that pid namespace: a fresh /proc; per run a fresh /sandbox, /tmp, /dev/shm
-              └─ R      the program's process: cgroup, setsid, uid, no privileges, rlimits, seccomp → harness
+              └─ R      the program's process, one per run: cgroup, setsid, own ipc namespace, uid, no privileges,
+                        rlimits, seccomp → harness
 
 Only R runs program code. When P1 exits the kernel kills whatever is left in its pid namespace, so nothing a
-program starts outlives its job. The zygote removes the job's cgroup once S has exited.
+program starts outlives its job. The zygote removes the job's cgroup once S has exited, and waits until no unix
+socket is left in its network namespace (settle_sockets) before the next job.
 
 Protocol on stdin/stdout with the host, every part length-prefixed: an init config (marshal) and its reply;
 then per job a spec (marshal: limits only), the program, the tests (marshal) and one stdin per io case, and back
@@ -30,6 +32,8 @@ import time
 from . import cgroup, harness, jail, seccomp
 
 _SPLICE_CHUNK = 1 << 20
+SETTLE_S = 5.0  # how long a zygote waits for a job's in-flight sockets to be collected before it retires
+_UNIX_HEADER = b"Num       RefCount Protocol Flags    Type St Inode Path\n"  # /proc/net/unix, Linux >= 2.6
 
 
 def read_exact(fd: int, n: int) -> bytes | None:
@@ -140,6 +144,8 @@ def _probe_filter(program: bytes) -> str:
             seccomp.install(program)
             denied = jail.libc.syscall(seccomp.numbers()["keyctl"], 0, 0, 0, 0, 0) == -1
             code = 0 if denied and ctypes.get_errno() == seccomp.DENY_ERRNO else 2
+            inet = jail.libc.syscall(seccomp.numbers()["socket"], 2, 1, 0)  # AF_INET, SOCK_STREAM
+            code = code or (0 if inet == -1 and ctypes.get_errno() == seccomp.SOCKET_ERRNO else 3)
         finally:
             os._exit(code)
     status = os.waitpid(pid, 0)[1]
@@ -156,12 +162,14 @@ def setup(init: dict) -> State:
             state.walls["cgroup"] = "cannot open the cgroup directories: %s" % exc
     if state.ns:
         _namespaces(state)
-        note = jail.build_root(init["root"], seccomp.machine())
+        note, shared = jail.build_root(init["root"], seccomp.machine())
         if note:
             state.notes.append(note)
         state.walls["minimal_root"] = ""
+        state.walls["private_inodes"] = shared
     else:
         state.walls["minimal_root"] = "no mount namespace (isolation mode none)"
+        state.walls["private_inodes"] = "no mount namespace (isolation mode none): the host's files"
     try:
         state.filter = seccomp.build()
         problem = _probe_filter(state.filter)
@@ -211,8 +219,35 @@ def run_job(state: State, spec: dict, blobs: dict) -> None:
         left = cgroup.remove(state.cgroup_fds, name)
         if left:
             notes.append("a job cgroup could not be removed: " + left)
-    send_report(report, {"notes": notes})
+    retire = state.ns and not settle_sockets(SETTLE_S)
+    if retire:
+        notes.append("sockets of a job were still in flight after %gs: this zygote retires" % SETTLE_S)
+    send_report(report, {"notes": notes, "retire": retire})
     os.close(report)
+
+
+def settle_sockets(limit_s: float) -> bool:
+    """Wait until no unix socket is left in this network namespace (True), for up to `limit_s` seconds.
+
+    A socket a job put in flight (passed over a socket in an SCM_RIGHTS cycle) outlives the job's processes until
+    the kernel's collector runs, which closing a unix socket starts. Until then its name shows in /proc/net/unix
+    and still binds, and the files it carries keep their locks: a message to the next job or io case. Only the
+    socket table's header is read (the names are the program's data, which never enter this process's memory).
+    """
+    deadline = time.monotonic() + limit_s
+    while True:
+        fd = os.open("/proc/self/net/unix", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            empty = len(os.read(fd, len(_UNIX_HEADER) + 1)) <= len(_UNIX_HEADER)
+        finally:
+            os.close(fd)
+        if empty or time.monotonic() > deadline:
+            return empty
+        pair = (ctypes.c_int * 2)()
+        if jail.libc.socketpair(1, 1, 0, pair) == 0:  # AF_UNIX: closing it starts the collector
+            os.close(pair[0])
+            os.close(pair[1])
+        time.sleep(0.002)
 
 
 def send_report(report: int | None, trailer: dict) -> None:
@@ -224,11 +259,11 @@ def send_report(report: int | None, trailer: dict) -> None:
 
 
 def job_process(state: State, spec: dict, blobs: dict, procs: list[int], report: int, zygote: int) -> None:
-    """S: new pid, mount and ipc namespaces, then P1 inside them."""
+    """S: new pid and mount namespaces, then P1 inside them."""
     die_with_parent(zygote)
     if state.ns:
         try:
-            jail.check(jail.libc.unshare(jail.CLONE_NEWPID | jail.CLONE_NEWNS | jail.CLONE_NEWIPC), "unshare")
+            jail.check(jail.libc.unshare(jail.CLONE_NEWPID | jail.CLONE_NEWNS), "unshare")
         except OSError as exc:
             write_report(report, {"error": "could not create namespaces: %s" % exc}, [])
             return
@@ -272,6 +307,11 @@ def supervise(state: State, spec: dict, blobs: dict, procs: list[int]) -> tuple[
     deadline = time.monotonic() + spec["timeout"]
     stdins = blobs["stdins"]
     for k in range(max(1, len(stdins))):
+        if k and state.ns:  # nothing of the case before: no socket in flight, no count of its processes
+            if not settle_sockets(min(SETTLE_S, max(0.0, deadline - time.monotonic()))):
+                notes.append("sockets of an io case were still in flight: the job's later cases did not run")
+                break
+            _random_next_pid(notes)
         cwd = _fresh_scratch(state, spec, k)
         stdin = stdins[k] if stdins else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         run = run_one(state, dict(spec, cwd=cwd, ns=state.ns), blobs, stdin, procs, deadline)
@@ -287,6 +327,18 @@ def supervise(state: State, spec: dict, blobs: dict, procs: list[int]) -> tuple[
         if run["timed_out"]:
             break
     return meta, streams
+
+
+def _random_next_pid(notes: list[str]) -> None:
+    """Start the next run at a random pid: the pid namespace's counter would tell an io case how many processes
+    the case before it started."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            span = int(f.read()) // 2
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(1000 + int.from_bytes(os.urandom(4), "little") % span))
+    except OSError as exc:
+        notes.append("could not set ns_last_pid (%s): an io case can count the processes of the one before" % exc)
 
 
 def _owner(pid: str) -> int | None:
@@ -402,9 +454,13 @@ def run_one(state: State, spec: dict, blobs: dict, stdin: int, procs: list[int],
     if pidfd is not None:
         os.close(pidfd)
     out, err, rec = (captures[fd] for fd in (out_r, err_r, rec_r))
+    stdout_full = out.got >= out.cap
+    if stdout_full and out.got > spec["full_keep"]:  # the host needs no more of it (host._execute)
+        os.ftruncate(out.memfd, spec["full_keep"])
+        out.got = spec["full_keep"]
     return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
             "walls": marshal.loads(started[1:]),
-            "sizes": [out.got, err.got, rec.got], "stdout_full": out.got >= out.cap, "records_full": rec.got >= rec.cap,
+            "sizes": [out.got, err.got, rec.got], "stdout_full": stdout_full, "records_full": rec.got >= rec.cap,
             "streams": [out.memfd, err.memfd, rec.memfd]}
 
 
