@@ -1,10 +1,12 @@
 """From what the supervisor saw to a SandboxResult: read the records, judge host-mode tests, compare io output.
 
 Records are lines `<nonce> <json list>` written by inside/harness.py on fd 3, in a fixed order:
-ready, load, then per test either its steps' results and `end` (host mode) or `verdict` (sandbox mode), then
-done. The program can write there too. A line out of order, with another nonce, or not well formed marks the
-job as tampered with: 0 passed. A program that forges well-formed host-mode records only reports values of
-its choosing, which it could have returned anyway: the host still compares them with values it never sent.
+ready, load, then per test either its steps' results and `end` (host mode; a refused test has no steps) or
+`verdict` (sandbox mode), then done. The program can write there too. A line out of order, with another nonce,
+or not well formed marks the job as tampered with: 0 passed. A program that forges well-formed host-mode records
+only reports values of its choosing, which it could have returned anyway: the host still compares them with
+values it never sent. Whatever the records hold is the program's doing: nothing in them can make reading them
+fail other than as the program's failure.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .inside import codec
 @dataclass(frozen=True)
 class TestOutcome:
     passed: bool
-    mode: str  # "host" or "sandbox"
+    mode: str  # "host", "sandbox" or "refused"
     why: str = ""
 
 
@@ -44,7 +46,7 @@ def _records(raw: bytes, nonce: str) -> tuple[list[list], bool]:
         try:
             record = json.loads(line[len(prefix):].decode("utf-8"), parse_int=_bounded_int, parse_float=_no_float,
                                 parse_constant=_no_float)
-        except (ValueError, RecursionError):
+        except Exception:  # noqa: BLE001 - ValueError, RecursionError, MemoryError: not well formed
             return out, True
         if not isinstance(record, list) or not record or not isinstance(record[0], str):
             return out, True
@@ -66,8 +68,8 @@ def _step_value(record: list, test: int, step: int):
     if kind == "value" and len(record) == 4:
         try:
             return (codec.decode(record[3]),)
-        except codec.CodecError as exc:
-            return (split.Opaque("undecodable value: %s" % exc),)
+        except Exception as exc:  # noqa: BLE001 - a value the host cannot decode fails the test, as the program's
+            return (split.Opaque("undecodable value: %s: %s" % (type(exc).__name__, str(exc)[:200])),)
     return None
 
 
@@ -114,6 +116,9 @@ def read_tests(raw: bytes, nonce: str, plans: list[split.Plan]) -> tuple[bool, b
                 return fail("result records tampered with")
             values.append(value[0])
         values += [split.Raised("(not run)")] * (len(plan.steps) - len(values))
+        if plan.mode == "refused":
+            outcomes.append(TestOutcome(False, "refused", plan.reason))
+            continue
         passed, why = split.judge(plan, values)
         outcomes.append(TestOutcome(passed, "host", why))
     record = take()
