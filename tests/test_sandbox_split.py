@@ -134,6 +134,7 @@ def test_humaneval_style_assertions_are_split(test, probes):
     ("for c in [(1, 2, 7777)]:\n    assert f(*c[:-1]) == c[-1]", ["7777"]),
     ("assert all(f(x) == y for x, y in [(1, 7777)])", ["7777"]),
     ("assert [f(t[0]) for t in [(1, 7777)]] == [7777]", ["7777"]),
+    ("assert [f(x) for x, y in [(1, 7777), (2, 0)] if y] == [2]", ["7777"]),
     ("assert f(1) == next(iter([7777]))", ["7777"]),
     ("assert f(1) == format(7777, 'x')", ["7777"]),
     ("from collections import Counter\nassert f('ab') == Counter('zzzz')", ["zzzz"]),

@@ -578,7 +578,10 @@ class _Splitter:
             and self._program_rooted(sub) for sub in ast.walk(node))
 
     def _static_only(self, node: ast.AST) -> bool:
-        return all(self._kind(n) in _HOST_KINDS for n in _free_names(node))
+        return self._static_only_but(node, set())
+
+    def _static_only_but(self, node: ast.AST, names: set) -> bool:
+        return all(self._kind(n) in _HOST_KINDS for n in _free_names(node) - names)
 
     def _bind(self, names: list[str], kind: str) -> None:
         for n in names:
@@ -720,25 +723,24 @@ class _Splitter:
             "testmodule", "foreign", "computed"}
 
     def _uses_targets_whole(self, node: ast.AST) -> bool:
-        """Whether a comprehension uses each item it draws whole (f(x)), not a part of it (f(t[0]))."""
+        """Whether a comprehension hands each item it draws whole to the program (f(x)): not a part of it (f(t[0])),
+        and no part only in a condition (`for x, y in cases if y`)."""
         targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
-        used = set()
-        for sub in ast.walk(node):
-            if isinstance(sub, (ast.Subscript, ast.Attribute)) and isinstance(sub.value, ast.Name) and \
-                    sub.value.id in targets:
-                return False
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
-                used.add(sub.id)
-        return targets <= used
+        if any(isinstance(sub, (ast.Subscript, ast.Attribute)) and isinstance(sub.value, ast.Name) and
+               sub.value.id in targets for sub in ast.walk(node)):
+            return False
+        elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        return targets <= {n.id for e in elements for n in ast.walk(e) if isinstance(n, ast.Name)}
 
     def _unroll(self, node: ast.AST, lazy: bool) -> ast.AST | None:
         """One host tree per item, the items drawn here: None when the loops depend on the program."""
         gens, targets = node.generators, set()
         for gen in gens:
-            if gen.is_async or any(self._kind(n) not in _HOST_KINDS
-                                   for part in (gen.iter, *gen.ifs) for n in _free_names(part) - targets):
+            if gen.is_async or not self._static_only_but(gen.iter, targets):
                 return None
             targets |= set(_target_names(gen.target)[0])
+            if not all(self._static_only_but(cond, targets) for cond in gen.ifs):
+                return None
         kind = {ast.ListComp: "list", ast.SetComp: "set", ast.GeneratorExp: "gen", ast.DictComp: "dict"}[type(node)]
         saved = {n: (self.kind.get(n), self.static.get(n), self.fresh.get(n)) for n in targets}
         elts: list = []
