@@ -3,8 +3,9 @@
 The code is the completion's fenced ```python block (`code_block`: last, first, or all joined). Every completion
 of a batch runs in parallel through `grpo_recipes.sandbox.run_many`. A sandbox failure (`infra_error`) scores
 None, never 0: it says nothing about the completion. The host judges each test's assertions on the values the
-program's calls return; a test it cannot split runs whole in the sandbox instead, and the share of those is
-logged as `judged_in_sandbox`. See docs/sandbox.md for what the sandbox guarantees.
+program's calls return. A test it cannot split is refused by default (`sandbox_mode_tests: refuse`: it counts as
+failed, logged as `refused`), since a program can forge a verdict reached in the sandbox; with `run` it runs
+whole in the sandbox, logged as `judged_in_sandbox`. See docs/sandbox.md for what the sandbox guarantees.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from typing import Literal
 
 from grpo_recipes.registry import reward
 from grpo_recipes.sandbox import STATUSES, Job, SandboxResult, run_many
@@ -96,12 +98,13 @@ def _score(
         else:
             jobs.append(job)
             where.append(i)
-    tests_run = tests_in_sandbox = 0
+    tests_run = tests_in_sandbox = tests_refused = 0
     for i, result in zip(where, run_many(jobs, max_workers=max_workers or None)):
         counts[result.status] += 1
         scores[i] = None if result.status == "infra_error" else score(result)
         tests_run += len(result.modes)
         tests_in_sandbox += result.judged_in_sandbox
+        tests_refused += result.refused
     if log_metric is not None:
         for status in (*STATUSES, "no_code", "bad_row"):
             log_metric(f"status/{status}", counts[status])
@@ -110,15 +113,18 @@ def _score(
         # The share of tests the host could not judge (they ran whole in the sandbox, where a program written
         # against the harness can forge a pass): watch it when a pass rate looks too good. docs/sandbox.md.
         log_metric("judged_in_sandbox", tests_in_sandbox / tests_run if tests_run else 0.0)
+        # Refused (sandbox_mode_tests: refuse): the tests the host could not split, counted as failed.
+        log_metric("refused", tests_refused / tests_run if tests_run else 0.0)
     return scores
 
 
-def _tests_job(timeout_s: float, memory_mb: int):
+def _tests_job(timeout_s: float, memory_mb: int, sandbox_mode_tests: str):
     def make(code: str, tests: object) -> Job | None:
         tests = _as_list(tests)
         if tests is None or not all(isinstance(t, str) for t in tests):
             return None
-        return Job(code, tuple(tests), timeout_s=timeout_s, memory_mb=memory_mb)
+        return Job(code, tuple(tests), timeout_s=timeout_s, memory_mb=memory_mb,
+                   sandbox_mode_tests=sandbox_mode_tests)
 
     return make
 
@@ -144,9 +150,11 @@ def unit_tests(
     code_block: str = "last",
     whole_text_fallback: bool = False,
     max_workers: int = 0,
+    sandbox_mode_tests: Literal["refuse", "run"] = "refuse",
 ) -> list[float | None]:
     """Fraction of the row's `tests` (assert snippets) that pass against the completion's ```python code."""
-    return _score(completions, _tests_job(timeout_s, memory_mb), tests, log_metric, lambda r: r.fraction,
+    return _score(completions, _tests_job(timeout_s, memory_mb, sandbox_mode_tests), tests, log_metric,
+                  lambda r: r.fraction,
                   code_block, whole_text_fallback, max_workers)
 
 
@@ -161,9 +169,10 @@ def unit_tests_binary(
     code_block: str = "last",
     whole_text_fallback: bool = False,
     max_workers: int = 0,
+    sandbox_mode_tests: Literal["refuse", "run"] = "refuse",
 ) -> list[float | None]:
     """1.0 only when every one of the row's `tests` passes against the completion's ```python code, else 0.0."""
-    return _score(completions, _tests_job(timeout_s, memory_mb), tests, log_metric,
+    return _score(completions, _tests_job(timeout_s, memory_mb, sandbox_mode_tests), tests, log_metric,
                   lambda r: 1.0 if r.status == "ok" else 0.0, code_block, whole_text_fallback, max_workers)
 
 

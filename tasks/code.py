@@ -11,7 +11,9 @@ from grpo_recipes.tasks.humaneval import load_humaneval
 @task("code")
 class Code(Task):
     defaults = {
-        "rewards": [{"name": "unit_tests", "weight": 1.0, "params": {"timeout_s": 5.0, "memory_mb": 512}}],
+        # refuse: a test the host cannot split is failed, not run where a program can forge it (docs/sandbox.md)
+        "rewards": [{"name": "unit_tests", "weight": 1.0,
+                     "params": {"timeout_s": 5.0, "memory_mb": 512, "sandbox_mode_tests": "refuse"}}],
         "answer_field": None,
     }
 

@@ -71,7 +71,7 @@ def test_encode_survives_deep_or_self_referencing_values():
     "not a list", [], ["l", 2, "i", "1"], ["i", "1", "i", "2"], ["i", "zz"], ["i", "1" * (codec.MAX_INT_HEX + 1)],
     ["f", "1e5; import os"], ["f", "__import__('os')"], ["s", 5], ["b", "xyz"], ["?"], [["l"]], ["l", -1],
     ["l", 10 ** 9], ["S", 1, "l", 0], ["d", 1, "l", 0, "N"], ["r", "0", "fffffffff", "1"],
-    ["l", 1] * (codec.MAX_DEPTH + 1) + ["N"],
+    ["l", 1] * (codec.MAX_DEPTH + 1) + ["N"], ["r", "0", "f" * 4000, "1"],  # a range len() cannot size
     ["S", codec.MAX_HASHED + 1] + ["i", "0"] * (codec.MAX_HASHED + 1),
 ])
 def test_decode_rejects_malformed_or_unbounded_tokens(tokens):
@@ -129,12 +129,51 @@ def test_humaneval_style_assertions_are_split(test, probes):
     ("for x in [7]:\n    assert f(x) == 'seven' + str(x)", ["seven"]),
     ("assert f(1) == {'k': (4444, 'four')}", ["4444", "four"]),
     ("assert sorted(f(1), reverse=True) == [3, 2, 1]", ["3, 2"]),
+    ("tests = [([3, 1, 2], [7777, 8888])]\nfor t in tests:\n    assert f(t[0]) == t[1]", ["7777"]),
+    ("cases = [{'in': 2, 'out': 7777}]\nfor case in cases:\n    assert f(case['in']) == case['out']", ["7777", "out"]),
+    ("for c in [(1, 2, 7777)]:\n    assert f(*c[:-1]) == c[-1]", ["7777"]),
+    ("assert all(f(x) == y for x, y in [(1, 7777)])", ["7777"]),
+    ("assert [f(t[0]) for t in [(1, 7777)]] == [7777]", ["7777"]),
+    ("assert [f(x) for x, y in [(1, 7777), (2, 0)] if y] == [2]", ["7777"]),
+    ("assert f(1) == next(iter([7777]))", ["7777"]),
+    ("assert f(1) == format(7777, 'x')", ["7777"]),
+    ("from collections import Counter\nassert f('ab') == Counter('zzzz')", ["zzzz"]),
+    ("import itertools\nassert f(1) == list(itertools.permutations('zyx'))", ["zyx"]),
 ])
 def test_expected_values_never_enter_the_sandbox(test, secrets):
     plan = split.split_test(test)
     assert plan.mode == "host", plan.reason
     text = sent(plan).lower()
     assert plan.steps and not [s for s in secrets if s in text], text
+
+
+def test_a_value_the_program_may_change_is_read_back_after_the_call():
+    plan = split.split_test("a = [3, 1, 2]\nr = f(a)\nassert r == [1, 2, 3] and a == [3, 1, 2]")
+    assert [s[1] for s in plan.steps] == ["f(a)", "a"]  # a lives in the sandbox once f has it
+    assert split.judge(plan, [[1, 2, 3], [3, 1, 2]])[0]
+    assert not split.judge(plan, [[1, 2, 3], [1, 2, 3]])[0]  # f sorted it in place
+    plan = split.split_test("a = [3, 1, 2]\nf(a)\nassert a == [1, 2, 3]")
+    assert [s[1] for s in plan.steps] == ["f(a)", "a"]
+    assert split.judge(plan, [None, [1, 2, 3]])[0] and not split.judge(plan, [None, [3, 1, 2]])[0]
+    assert [s[1] for s in split.split_test("x = (1, 'a')\nf(x)\nassert x == (1, 'a')").steps] == ["f(x)"]
+
+
+def test_a_builtin_the_program_redefines_is_the_programs_and_the_real_one():
+    assert split.shadowed_builtins("def sum(xs): pass\nimport math as len\nfor max in []: pass\n"
+                                   "def g():\n    global min\nx = 1\nclass list: pass") == {"sum", "len", "max",
+                                                                                       "min", "list"}
+    assert split.shadowed_builtins("def f(:") == frozenset()
+    plan = split.split_test("assert sum([1, 2, 3]) == 6", frozenset({"sum"}))
+    assert plan.program_names and [s[1] for s in plan.steps] == ["sum([1, 2, 3])"]
+    assert split.judge(plan, [6])[0] and not split.judge(plan, [0])[0]
+    plan = split.split_test("assert f(0) == sorted([3, 1, 2])", frozenset({"sorted"}))  # f too: the real sorted
+    assert not plan.program_names and [s[1] for s in plan.steps] == ["f(0)"]
+
+
+def test_inputs_made_by_modules_the_host_does_not_evaluate_stay_in_the_sandbox():
+    plan = split.split_test("import json\ndata = json.loads('[1, 2]')\nassert f(data) == 3")
+    assert plan.mode == "host" and [s[1] for s in plan.steps] == ["import json", "json.loads('[1, 2]')", "f(data)"]
+    assert split.split_test("import json\ndata = json.loads('[1, 2]')\nassert f(1) == data").mode == "sandbox"
 
 
 def test_inputs_do_enter_as_plain_data():
@@ -145,9 +184,11 @@ def test_inputs_do_enter_as_plain_data():
 
 @pytest.mark.parametrize("test, why", [
     ("try:\n    f(-1)\nexcept ValueError:\n    pass\nelse:\n    assert False", "Try"),
-    ("assert all(f(x) == 2 * x for x in range(3))", "comprehension"),
+    ("assert all(f(x) == 2 * x for x in f(3))", "comprehension"),
     ("assert f(1) == ''.join(['a', 'b']).title().zfill(3)", "cannot evaluate"),
-    ("if f(1):\n    assert f(2) == 3", "If"),
+    ("if f(1):\n    assert f(2) == 3", "an if on values the program computes"),
+    ("import numpy as np\nassert np.allclose(f(1), [1, 2])", "the sandbox may not see its values"),
+    ("assert f(1) == ascii('x')", "cannot evaluate"),
     ("def helper():\n    return 3\nassert f() == helper()", "FunctionDef"),
     ("assert f(1) == (lambda: 3)()", "cannot evaluate"),
     ("s = f(1) + 1\nassert g(s) == 2", "passed back in"),
@@ -155,15 +196,15 @@ def test_inputs_do_enter_as_plain_data():
 def test_what_cannot_be_split_runs_in_the_sandbox_and_says_why(test, why):
     plan = split.split_test(test)
     assert plan.mode == "sandbox" and why in plan.reason and plan.source == test
-    assert plan.wire() == ("sandbox", test)
+    assert plan.wire() == ("sandbox", test, False)
 
 
-def test_humaneval_is_almost_all_judged_on_the_host():
+def test_humaneval_is_all_judged_on_the_host():
     rows = load_humaneval()
     plans = [split.split_test(r["tests"][0]) for r in rows]
     in_sandbox = sorted(r["task_id"] for r, p in zip(rows, plans) if p.mode == "sandbox")
-    # 32 builds its inputs with a seeded random.Random; 38 and 50 compute expected values from program helpers
-    assert in_sandbox == ["HumanEval/32", "HumanEval/38", "HumanEval/50"]
+    # 32 builds its inputs with a seeded random.Random, 38 and 50 with random and string: all evaluated here
+    assert in_sandbox == []
 
 
 class _Cycle:
@@ -242,7 +283,9 @@ def test_judge_failures_raised_and_opaque_values():
 
 @pytest.mark.parametrize("test", [
     "assert f(1) == 2 ** 10 ** 8", "assert f(1) == 'x' * 10 ** 9", "assert f(1) == 1 << 10 ** 9",
-    "assert f(1) == list(range(10 ** 12))", "assert f(1) == '%0999999d' % 1",
+    "assert f(1) == list(range(10 ** 12))", "assert f(1) == '%0999999d' % 1", "assert f(1) == bytes(10 ** 12)",
+    "assert f(1) == format(1, '999999999')", "assert f(1) == hash('differs per process')",
+    "import itertools\nassert f(1) == len(list(itertools.permutations(range(12))))",
 ])
 def test_the_host_evaluator_refuses_unbounded_work(test):
     ok, why = judge(test, [1])

@@ -105,9 +105,20 @@ def test_the_share_of_tests_judged_in_the_sandbox_is_logged():
     assert metrics["judged_in_sandbox"] == 0.0  # plain asserts: the host judged every one
     whole = "try:\n    add(None, 1)\nexcept TypeError:\n    pass\nelse:\n    assert False"
     metrics = Metrics()
-    scores = unit_tests([RIGHT, "no code"], [TESTS + [whole]] * 2, metrics)
+    scores = unit_tests([RIGHT, "no code"], [TESTS + [whole]] * 2, metrics, sandbox_mode_tests="run")
     assert scores == [1.0, 0.0]
     assert metrics["judged_in_sandbox"] == pytest.approx(1 / 4)  # of the tests that ran: 1 of RIGHT's 4
+    assert metrics["refused"] == 0.0
+
+
+def test_tests_the_host_cannot_judge_are_refused_by_default():
+    whole = "try:\n    add(None, 1)\nexcept TypeError:\n    pass\nelse:\n    assert False"
+    metrics = Metrics()
+    assert unit_tests([RIGHT], [TESTS + [whole]], metrics) == [pytest.approx(3 / 4)]  # failed, never run
+    assert metrics["refused"] == pytest.approx(1 / 4) and metrics["judged_in_sandbox"] == 0.0
+    assert unit_tests_binary([RIGHT], [TESTS + [whole]], Metrics()) == [0.0]
+    assert unit_tests([RIGHT], [[whole]], metrics) == [0.0] and metrics["refused"] == 1.0
+    assert "refuse" in registry.param_problem(known["unit_tests"], "sandbox_mode_tests", "forge")
 
 
 def test_a_rigged_answer_scores_nothing():

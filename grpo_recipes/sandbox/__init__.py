@@ -28,6 +28,7 @@ from .host import (
     NPROC,
     OUTPUT_CAP,
     PROTECTIONS,
+    SANDBOX_MODE_TESTS,
     STATUSES,
     Isolation,
     Job,
@@ -44,6 +45,6 @@ from .host import (
 
 __all__ = [
     "DISK_MB", "ENV_ISOLATION", "ENV_REQUIRE", "IO_OUTPUT_CAP", "MAX_WORKERS", "NOFILE", "NPROC", "OUTPUT_CAP",
-    "PROTECTIONS", "STATUSES", "Isolation", "Job", "ProgramResult", "SandboxResult", "default_workers", "isolation",
-    "run_io_tests", "run_many", "run_program", "run_tests", "shutdown",
+    "PROTECTIONS", "SANDBOX_MODE_TESTS", "STATUSES", "Isolation", "Job", "ProgramResult", "SandboxResult",
+    "default_workers", "isolation", "run_io_tests", "run_many", "run_program", "run_tests", "shutdown",
 ]

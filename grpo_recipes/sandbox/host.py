@@ -28,8 +28,10 @@ from . import split, verdict
 from .inside import cgroup
 
 logger = logging.getLogger("grpo_recipes.sandbox")
+infra_errors = 0  # jobs of this process that ended in infra_error (each one also logged)
 
 STATUSES = ("ok", "failed", "timeout", "crashed", "infra_error")
+SANDBOX_MODE_TESTS = ("run", "refuse")
 OUTPUT_CAP = 16_384  # bytes of stdout/stderr kept per job: enough to debug, bounded under a print loop
 IO_OUTPUT_CAP = 1 << 20  # stdout kept per io case, the same for every case (a per-case cap would leak its answer)
 RECORDS_CAP = 8 << 20  # result records per job; values are bounded by inside/codec.py's MAX_BYTES each
@@ -73,7 +75,8 @@ class SandboxResult:
     detail: str = ""  # why, in a few words: "exit code 1", "killed by signal 9", ...
     elapsed_s: float = 0.0
     results: tuple[bool, ...] = ()  # per test or case
-    modes: tuple[str, ...] = ()  # per test: "host" (the host judged its values) or "sandbox" (the harness did)
+    # per test: "host" (the host judged its values), "sandbox" (the harness did) or "refused" (not run: failed)
+    modes: tuple[str, ...] = ()
 
     @property
     def fraction(self) -> float:
@@ -83,6 +86,11 @@ class SandboxResult:
     def judged_in_sandbox(self) -> int:
         """How many tests ran in the weaker mode, where the verdict is the in-sandbox harness's report."""
         return sum(m == "sandbox" for m in self.modes)
+
+    @property
+    def refused(self) -> int:
+        """How many tests were refused (Job.sandbox_mode_tests="refuse"): they count as failed."""
+        return sum(m == "refused" for m in self.modes)
 
 
 @dataclass(frozen=True)
@@ -107,12 +115,18 @@ class Job:
     io_cases: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 5.0  # wall clock for the whole job: the program plus all its tests or cases
     memory_mb: int = 512  # for all of the job's processes together (cgroup), and per process (RLIMIT_AS)
+    # A test the host cannot split: "run" it whole in the sandbox (where a program can forge its verdict), or
+    # "refuse" it: not run, failed, with the reason (docs/sandbox.md, "The weaker mode").
+    sandbox_mode_tests: str = "run"
 
     def __post_init__(self):
         object.__setattr__(self, "tests", tuple(str(t) for t in self.tests))
         object.__setattr__(self, "io_cases", tuple((str(i), str(o)) for i, o in self.io_cases))
         if bool(self.tests) == bool(self.io_cases):
             raise ValueError("a Job needs exactly one of: tests (non-empty) or io_cases (non-empty)")
+        if self.sandbox_mode_tests not in SANDBOX_MODE_TESTS:
+            raise ValueError(f"sandbox_mode_tests must be one of {SANDBOX_MODE_TESTS}, "
+                             f"got {self.sandbox_mode_tests!r}")
         _check_limits(self.timeout_s, self.memory_mb)
 
     @property
@@ -125,9 +139,11 @@ def _check_limits(timeout_s: float, memory_mb: int) -> None:
         raise ValueError(f"need 0 < timeout_s <= 3600 and memory_mb >= 64, got {timeout_s}, {memory_mb}")
 
 
-def run_tests(program: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512) -> SandboxResult:
+def run_tests(program: str, tests: Sequence[str], *, timeout_s: float = 5.0, memory_mb: int = 512,
+              sandbox_mode_tests: str = "run") -> SandboxResult:
     """Run `program`, then each test against it; a test passes when its assertions hold and nothing raises."""
-    return run_many([Job(program, tuple(tests), timeout_s=timeout_s, memory_mb=memory_mb)])[0]
+    return run_many([Job(program, tuple(tests), timeout_s=timeout_s, memory_mb=memory_mb,
+                         sandbox_mode_tests=sandbox_mode_tests)])[0]
 
 
 def run_io_tests(
@@ -175,9 +191,19 @@ def run_many(jobs: Iterable[Job], *, max_workers: int | None = None) -> list[San
     jobs = list(jobs)
     if not jobs:
         return []
+    global infra_errors
     iso = isolation()
     with ThreadPoolExecutor(max_workers=min(max_workers or default_workers(), len(jobs))) as pool:
-        return list(pool.map(lambda job: _run_guarded(job, iso), jobs))
+        results = list(pool.map(lambda job: _run_guarded(job, iso), jobs))
+    for result in results:  # a fault of the host, never of the program: say so, every time
+        if result.status == "infra_error":
+            with _warn_lock:
+                infra_errors += 1
+            if result.detail.startswith("sandbox unavailable"):
+                _warn_once(f"sandbox: infra_error (no reward for the job): {result.detail}")
+            else:
+                logger.warning("sandbox: infra_error (no reward for the job): %s", result.detail)
+    return results
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -650,7 +676,14 @@ def _run_guarded(job: Job, iso: Isolation) -> SandboxResult:
             report = _execute(iso, "io", job.program, [], [i.encode() for i, _ in job.io_cases], job.timeout_s,
                               job.memory_mb, IO_OUTPUT_CAP)
             return _score_io(job, report, start)
-        plans = [split.split_test(t) for t in job.tests]
+        shadowed = split.shadowed_builtins(job.program)
+        plans = [split.split_test(t, shadowed) for t in job.tests]
+        if job.sandbox_mode_tests == "refuse":
+            plans = [split.refused(p) if p.mode == "sandbox" else p for p in plans]
+            if all(p.mode == "refused" for p in plans):  # nothing to run
+                why = "\n".join(f"[judged on the host] test {i}: {p.reason}" for i, p in enumerate(plans))
+                return SandboxResult(0, job.total, "failed", "", why, f"0/{job.total} tests passed: all refused",
+                                     time.monotonic() - start, (False,) * job.total, ("refused",) * job.total)
         report = _execute(iso, "tests", job.program, plans, [], job.timeout_s, job.memory_mb, OUTPUT_CAP)
         return _score_tests(job, plans, report, start)
     except _Infra as exc:

@@ -2,47 +2,60 @@
 
     plan = split_test("assert f(2) == 4")
     plan.steps     -> (("eval", "f(2)", (), None, True, True),)    what the sandbox runs: calls and their inputs
-    plan.actions   -> (("assert", <f(2) == 4 with f(2) a placeholder>, "f(2) == 4"),)   what the host evaluates
+    plan.actions   -> (env, (("assert", <f(2) == 4 with f(2) a placeholder>, "f(2) == 4"),))   what the host evaluates
 
 The expected values (`4`) never leave the host: the sandbox sends back f(2)'s value as plain data
 (inside/codec.py), and the host evaluates `value == 4` itself, with real builtins. A program therefore cannot
 see the answer, cannot rig `==` (it sends an int, not an object), and cannot shadow `type` or `isinstance`
 (the host's are used).
 
-What is split: statement lists of `assert`, assignments, imports, expression statements, `for` loops over
-values the host knows (unrolled), and HumanEval's `def check(candidate): ...` + `check(f)` (inlined with
-candidate -> f). In an expression, the host evaluates constants, containers, arithmetic, comparisons, boolean
-logic, indexing, comprehensions, a set of pure builtins (abs, len, sorted, ...), math's functions, a private
-random generator, and common methods of str/bytes/list/tuple/dict/set values. Any other part that involves a
-program name (a call of a program function, a program global, an attribute of a program value) becomes a
-probe: it is evaluated in the sandbox, with the host values it mentions sent in as its inputs.
+What is split: statement lists of `assert`, assignments, imports, expression statements, `if` on values the host
+knows, `for` loops over values the host knows (unrolled), and HumanEval's `def check(candidate): ...` +
+`check(f)` (inlined with candidate -> f). In an expression, the host evaluates constants, containers, arithmetic,
+comparisons, boolean logic, indexing, comprehensions, a set of pure builtins (abs, len, sorted, next, ...), a few
+standard modules the test imports (math, random with a private generator, collections, itertools, string, copy,
+heapq), and common methods of their values. Any other part that involves a program name (a call of a program
+function, a program global, an attribute of a program value) becomes a probe: it is evaluated in the sandbox.
+A probe receives only inputs: each part of it the host can evaluate is evaluated here and sent as a value
+(`f(t[0])` sends t[0], not t). A comprehension over values the host knows is unrolled into one probe per item.
 
-A test the host cannot split this way runs whole in the sandbox, as before, and its verdict is the harness's:
-`Plan.mode == "sandbox"`, with the reason. Splitting never sends a host-only expression into the sandbox: that
-would leak what it computes.
+Values the program may change stay where it can change them: a list the test passes to the program lives in the
+sandbox from then on, and the host reads it back after the call when it needs it (`f(a); assert a == [1, 2, 3]`).
+
+A test the host cannot split this way runs whole in the sandbox, and its verdict is the harness's:
+`Plan.mode == "sandbox"`, with the reason (a Job can refuse those instead: host.py). Splitting never sends a
+host-only expression into the sandbox: that would leak what it computes.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import collections
+import copy
 import functools
+import heapq
+import itertools
 import math
 import operator
 import random
+import re
+import string
 import threading
 from dataclasses import dataclass
 
 from .inside import codec
 
-MAX_STEPS = 5000  # sandbox steps per test (unrolled loops multiply them)
-MAX_UNROLL = 10_000  # statements visited while unrolling a test's loops
-MAX_ITERATIONS = 1_000_000  # host evaluation: comprehension items and range lengths
+MAX_STEPS = 5000  # sandbox steps per test (unrolled loops and comprehensions multiply them)
+MAX_UNROLL = 10_000  # statements and comprehension items visited while unrolling a test
+MAX_ITERATIONS = 1_000_000  # host evaluation: comprehension and itertools items, range lengths
 MAX_BITS = 1 << 20  # host evaluation: size of ints from ** and <<
-MAX_LEN = 1 << 20  # host evaluation: size of sequences from * and of strings given to int()
+MAX_LEN = 1 << 20  # host evaluation: size of sequences from *, bytes(n), growth by mutation, int() of strings
 # CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread: a parse that a thread
 # switch interrupts (a finalizer runs Python code mid-parse) while another thread parses ends in "SystemError: AST
 # constructor recursion depth mismatch" (cpython gh-106905). run_many splits tests in worker threads: one at a time.
 _SPLIT_LOCK = threading.Lock()
+_PY_BUILTINS = frozenset(dir(builtins))
 
 
 class Unsplittable(Exception):
@@ -63,20 +76,38 @@ class Opaque:
         self.why = why
 
 
+class _Failed:
+    """A host-only expression that raised when the host evaluated it while splitting: using it raises again."""
+
+    def __init__(self, exc: Exception):
+        self.exc = exc
+
+
 class HostJudgeError(Exception):
     pass
 
 
 @dataclass(frozen=True)
 class Plan:
-    mode: str  # "host": the host judges; "sandbox": the test runs whole in the sandbox (weaker)
+    mode: str  # "host": the host judges; "sandbox": the test runs whole in the sandbox (weaker); "refused"
     steps: tuple = ()  # (kind, source, bindings, target, want, strict): see inside/harness.py
-    actions: tuple = ()  # what the host evaluates once the values are back, in order
-    reason: str = ""  # why "sandbox"
+    actions: tuple = ()  # (env, actions): what the host evaluates once the values are back, in order
+    reason: str = ""  # why "sandbox" or "refused"
     source: str = ""  # the test as written
+    program_names: bool = False  # the steps see the program's own definitions of builtin names (sum, len, ...)
 
     def wire(self) -> tuple:
-        return ("host", list(self.steps)) if self.mode == "host" else ("sandbox", self.source)
+        if self.mode == "host":
+            return ("host", list(self.steps), self.program_names)
+        if self.mode == "refused":
+            return ("host", [], False)  # nothing of it enters the sandbox
+        return ("sandbox", self.source, False)
+
+
+def refused(plan: Plan) -> Plan:
+    """A sandbox-mode plan that is not run: its verdict is a failure that says why."""
+    return Plan("refused", reason="refused: the host cannot judge it (%s), and a verdict reached in the sandbox "
+                "can be forged by the program" % plan.reason, source=plan.source)
 
 
 # ---- what the host may evaluate
@@ -89,20 +120,58 @@ class _Facade:
         self.name, self.members = name, members
 
 
+def _bounded(make):
+    """An itertools function whose output the host draws at most MAX_ITERATIONS items of (permutations(range(20))).
+    No function arguments (accumulate's func): a builtin handed over that way would run unguarded (pow)."""
+
+    def call(*args, **kwargs):
+        if kwargs.get("repeat", 1) > 100 or "func" in kwargs or (make is itertools.accumulate and len(args) > 1):
+            raise HostJudgeError("%s() with these arguments is not evaluated on the host" % make.__name__)
+
+        def items():
+            for n, item in enumerate(make(*args, **kwargs)):
+                if n >= MAX_ITERATIONS:
+                    raise HostJudgeError("more than %d items from %s on the host" % (MAX_ITERATIONS, make.__name__))
+                yield item
+
+        return items()
+
+    call.__name__ = make.__name__
+    return call
+
+
 _MATH = ("fabs", "isclose", "sqrt", "isqrt", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "exp", "log",
          "log2", "log10", "log1p", "pow", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "hypot", "degrees",
          "radians", "copysign", "fsum", "gcd", "pi", "e", "tau", "inf", "nan", "fmod", "remainder", "modf", "frexp")
-_RANDOM = ("randint", "random", "uniform", "choice", "randrange")
+_RANDOM = ("randint", "random", "uniform", "choice", "randrange", "sample", "choices", "gauss", "shuffle", "seed")
+_ITERTOOLS = ("permutations", "combinations", "combinations_with_replacement", "product", "chain", "accumulate",
+              "islice", "zip_longest", "groupby", "count", "cycle", "repeat", "pairwise", "compress")
+_STATIC_FACADES = {
+    "math": {n: getattr(math, n) for n in _MATH if hasattr(math, n)},
+    "collections": {"Counter": collections.Counter, "OrderedDict": collections.OrderedDict,
+                    "deque": collections.deque},
+    "itertools": {n: _bounded(getattr(itertools, n)) for n in _ITERTOOLS if hasattr(itertools, n)},
+    "string": {n: getattr(string, n) for n in ("ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits",
+                                               "hexdigits", "octdigits", "punctuation", "printable", "whitespace",
+                                               "capwords")},
+    "copy": {"copy": copy.copy, "deepcopy": copy.deepcopy},
+    "heapq": {"nlargest": heapq.nlargest, "nsmallest": heapq.nsmallest, "heappush": heapq.heappush,
+              "heappop": heapq.heappop, "heapify": heapq.heapify},
+}
+HOST_MODULES = ("random", *_STATIC_FACADES)
+# Functions that change their argument or a generator's state: only while splitting, on the test's own values,
+# once and in order; never while judging (a plan, and its values, serve every completion of a prompt).
+_MUTATING_FUNCTIONS = {"shuffle", "seed", "heappush", "heappop", "heapify", "randint", "random", "uniform", "choice",
+                       "randrange", "sample", "choices", "gauss"}
 
 
 def _facade(name: str) -> _Facade:
-    if name == "math":
-        return _Facade("math", {n: getattr(math, n) for n in _MATH if hasattr(math, n)})
-    rng = random.Random()  # the test's own generator: never the trainer's global random state
-    return _Facade("random", {n: getattr(rng, n) for n in _RANDOM})
-
-
-HOST_MODULES = ("math", "random")
+    if name == "random":
+        rng = random.Random()  # the test's own generator: never the trainer's global random state
+        members = {n: getattr(rng, n) for n in _RANDOM}
+        members["Random"] = random.Random
+        return _Facade("random", members)
+    return _Facade(name, _STATIC_FACADES[name])
 
 
 def _checked_range(*args, **kwargs):
@@ -124,26 +193,81 @@ def _checked_pow(a, b, *mod):
     return pow(a, b, *mod)
 
 
-# Pure builtins the host evaluates; "print" is known so that it is never mistaken for a program name.
+def _checked_size(kind):
+    def make(*args, **kwargs):
+        if args and isinstance(args[0], int) and args[0] > MAX_LEN:
+            raise HostJudgeError("%s(%d) on the host" % (kind.__name__, args[0]))
+        return kind(*args, **kwargs)
+
+    return make
+
+
+def _checked_iter(value):  # iter(callable, sentinel) would call a host function until it gives up: never
+    return iter(value)
+
+
+def _checked_format(value, spec=""):
+    if not isinstance(spec, str) or len(spec) > 40 or any(int(d) > 10_000 for d in re.findall(r"\d+", spec)):
+        raise HostJudgeError("format spec too large to evaluate on the host")
+    return format(value, spec)
+
+
+def _holds_text(value) -> bool:
+    return isinstance(value, (str, bytes)) or (isinstance(value, (tuple, frozenset)) and any(map(_holds_text, value)))
+
+
+def _checked_hash(value):
+    if _holds_text(value):  # randomized per process: the host's would not be the program's
+        raise HostJudgeError("hash() of str or bytes differs between processes: not evaluated on the host")
+    return hash(value)
+
+
+# Pure builtins the host evaluates. Any other builtin (print, open, ...) is not a program name either: a part of a
+# test that uses one on values the host knows is not split at all (sending it in would leak what it computes).
 HOST_BUILTINS = {f.__name__: f for f in (
     abs, all, any, bool, chr, dict, divmod, enumerate, float, frozenset, isinstance, len, list, max, min, ord, repr,
     reversed, round, set, sorted, str, sum, tuple, type, zip, bytes, complex, hex, bin, oct, filter, map, range, int,
-    pow)}
-HOST_BUILTINS["print"] = None
-_GUARDED = {range: _checked_range, int: _checked_int, pow: _checked_pow}
-_CALLABLE = frozenset(id(f) for f in HOST_BUILTINS.values() if f is not None)
+    pow, bytearray, next, iter, format, hash, slice)}
+_GUARDED = {range: _checked_range, int: _checked_int, pow: _checked_pow, bytes: _checked_size(bytes),
+            bytearray: _checked_size(bytearray), iter: _checked_iter, format: _checked_format, hash: _checked_hash}
+_CALLABLE = frozenset(id(f) for f in HOST_BUILTINS.values()) | frozenset(
+    id(f) for members in _STATIC_FACADES.values() for f in members.values() if callable(f)) | {id(random.Random)}
 _METHODS = {
     str: {"startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines",
           "count", "find", "rfind", "index", "rindex", "isdigit", "isalpha", "isalnum", "isspace", "islower",
           "isupper", "istitle", "isdecimal", "isnumeric", "title", "capitalize", "swapcase", "casefold",
           "partition", "rpartition", "join", "encode"},
     bytes: {"decode", "startswith", "endswith", "count", "find", "hex", "lower", "upper", "strip", "split"},
+    bytearray: {"decode", "startswith", "endswith", "count", "find", "hex", "lower", "upper", "strip", "split"},
     list: {"count", "index", "copy"}, tuple: {"count", "index"}, dict: {"keys", "values", "items", "get", "copy"},
-    set: {"issubset", "issuperset", "isdisjoint", "union", "intersection", "difference", "symmetric_difference"},
+    set: {"issubset", "issuperset", "isdisjoint", "union", "intersection", "difference", "symmetric_difference",
+          "copy"},
     frozenset: {"issubset", "issuperset", "isdisjoint", "union", "intersection", "difference"},
     int: {"bit_length"}, float: {"is_integer"}, complex: {"conjugate"},
+    collections.Counter: {"most_common", "total"}, collections.deque: {"count", "index", "copy"},
 }
-METHOD_NAMES = frozenset().union(*_METHODS.values())
+# Methods that change the value: only while splitting, on the test's own values (`coeffs.append(c)`).
+_MUTATORS = {
+    list: {"append", "extend", "insert", "pop", "remove", "sort", "reverse", "clear"},
+    dict: {"update", "setdefault", "pop", "popitem", "clear"},
+    set: {"add", "discard", "remove", "update", "pop", "clear", "difference_update", "intersection_update",
+          "symmetric_difference_update"},
+    bytearray: {"append", "extend", "pop", "remove", "clear", "reverse", "insert"},
+    collections.deque: {"append", "appendleft", "pop", "popleft", "extend", "extendleft", "rotate", "clear",
+                        "remove"},
+    random.Random: {"randint", "random", "uniform", "choice", "randrange", "sample", "choices", "gauss", "shuffle",
+                    "seed"},
+}
+_MUTATOR_NAMES = frozenset().union(*_MUTATORS.values())
+METHOD_NAMES = frozenset().union(*_METHODS.values()) | _MUTATOR_NAMES
+
+
+def _method(owner, name: str, mutate: bool):
+    for t in type(owner).__mro__:
+        if name in _METHODS.get(t, ()) or (mutate and name in _MUTATORS.get(t, ())):
+            return getattr(t, name)
+    return None
+
 
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
@@ -154,6 +278,16 @@ _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Lt
         ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
         ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+class Unrolled(ast.expr):
+    """A comprehension unrolled while splitting: one host tree per item (a generator stays lazy on the host)."""
+
+    _fields = ("elts",)
+
+    def __init__(self, kind: str, elts: list):
+        super().__init__()
+        self.kind, self.elts = kind, elts
 
 
 def _check_pow(a, b) -> None:
@@ -192,10 +326,13 @@ def _evaluable(node: ast.AST) -> bool:
 
 
 class Evaluator:
-    """Evaluates the host's part of a test: plain values and a fixed set of pure functions, nothing else."""
+    """Evaluates the host's part of a test: plain values and a fixed set of pure functions, nothing else.
 
-    def __init__(self, env: dict):
+    `mutate`: while splitting, the test's own values may change (`xs.append(1)`, a seeded generator's draws)."""
+
+    def __init__(self, env: dict, mutate: bool = False):
         self.env = env
+        self.mutate = mutate
         self.iterations = 0
 
     def __call__(self, node: ast.AST):
@@ -209,6 +346,10 @@ class Evaluator:
             raise HostJudgeError("it raised %s in the sandbox" % value.name)
         if isinstance(value, Opaque):
             raise HostJudgeError("its value cannot be judged outside the sandbox: %s" % value.why)
+        if isinstance(value, _Failed):
+            exc = value.exc
+            raise HostJudgeError(str(exc) if isinstance(exc, HostJudgeError) else
+                                 "raised %s on the host: %s" % (type(exc).__name__, str(exc)[:200]))
         return value
 
     def _Constant(self, node):
@@ -217,7 +358,7 @@ class Evaluator:
     def _Name(self, node):
         if node.id in self.env:
             return self._value(self.env[node.id])
-        if node.id in HOST_BUILTINS and HOST_BUILTINS[node.id] is not None:
+        if node.id in HOST_BUILTINS:
             return HOST_BUILTINS[node.id]
         raise HostJudgeError("name %r is not known on the host" % node.id)
 
@@ -234,6 +375,14 @@ class Evaluator:
         if any(k is None for k in node.keys):
             raise HostJudgeError("** in a dict display is not evaluated on the host")
         return {self(k): self(v) for k, v in zip(node.keys, node.values)}
+
+    def _Unrolled(self, node):
+        if node.kind == "gen":
+            return (self(e) for e in node.elts)
+        if node.kind == "dict":
+            items = [self(e) for e in node.elts]
+            return dict(zip(items[0::2], items[1::2]))
+        return (set if node.kind == "set" else list)(self(e) for e in node.elts)
 
     def _UnaryOp(self, node):
         return _UNARY[type(node.op)](self(node.operand))
@@ -274,20 +423,31 @@ class Evaluator:
         raise HostJudgeError("attribute %r is not evaluated on the host" % node.attr)
 
     def _Call(self, node):
-        args = [self(a) for a in node.args]
-        kwargs = {k.arg: self(k.value) for k in node.keywords}
         func = node.func
+        owner = None
         if isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and
                                                     isinstance(self.env.get(func.value.id), _Facade)):
             owner = self(func.value)
-            if func.attr not in _METHODS.get(type(owner), ()):
+        args = [self(a) for a in node.args]
+        kwargs = {k.arg: self(k.value) for k in node.keywords}
+        if owner is not None:
+            method = _method(owner, func.attr, self.mutate)
+            if method is None:
                 raise HostJudgeError("%s.%s() is not evaluated on the host" % (type(owner).__name__, func.attr))
-            return getattr(type(owner), func.attr)(owner, *args, **kwargs)
+            result = method(owner, *args, **kwargs)
+            if self.mutate and hasattr(owner, "__len__") and len(owner) > MAX_LEN:
+                raise HostJudgeError("a value grew over %d items on the host" % MAX_LEN)
+            return result
         target = self(func)
         if id(target) not in _CALLABLE and not any(target is m for f in self.env.values() if isinstance(f, _Facade)
                                                    for m in f.members.values()):
             raise HostJudgeError("this call is not evaluated on the host")
-        return _GUARDED.get(target, target)(*args, **kwargs)
+        if not self.mutate and getattr(target, "__name__", "") in _MUTATING_FUNCTIONS:
+            raise HostJudgeError("%s() is only evaluated while splitting" % target.__name__)
+        result = _GUARDED.get(target, target)(*args, **kwargs)
+        if self.mutate and args and hasattr(args[0], "__len__") and len(args[0]) > MAX_LEN:  # heappush
+            raise HostJudgeError("a value grew over %d items on the host" % MAX_LEN)
+        return result
 
     def _comprehension(self, node, generators, emit):
         saved = dict(self.env)
@@ -367,76 +527,165 @@ def _free_names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - _bound_inside(node)
 
 
+def _mutable(value) -> bool:
+    """Whether the program could change this value in place (then it lives in the sandbox once sent there)."""
+    if isinstance(value, (tuple, frozenset)):
+        return any(map(_mutable, value))
+    return not isinstance(value, (type(None), bool, int, float, complex, str, bytes, range))
+
+
 # ---- the splitter
+
+_HOST_KINDS = frozenset({"static", "builtin", "module", "hostfn"})  # what a value the host computes now may use
 
 
 class _Splitter:
-    def __init__(self):
+    def __init__(self, program: frozenset = frozenset()):
         self.steps: list[tuple] = []
         self.actions: list[tuple] = []
-        self.kind: dict[str, str] = {}  # name -> "static" | "mirror" | "dynamic" | "module" | "sandbox"
+        # name -> "static" (a value the host knows now), "mirror" (a value that lives in the sandbox), "dynamic"
+        # (a value the host computes from the program's results), "module"/"hostfn" (what the host evaluates from
+        # a test's import), "testmodule" (a test's import the host does not evaluate), "computed" (a value the test
+        # computes with one in the sandbox: an input for the program, never judged here); unbound names are
+        # builtins, or else the program's
+        self.kind: dict[str, str] = {}
         self.static: dict[str, object] = {}
-        self.consts: dict[str, object] = {}  # placeholder -> a static value, frozen where it was used
+        self.consts: dict[str, object] = {}  # placeholder -> a value the host knows, frozen where it was used
         self.facades: dict[str, _Facade] = {}
+        self.hostfns: dict[str, object] = {}
+        self.fresh: dict[str, tuple] = {}  # mirror -> (step count when its value was last known, where it is)
+        self.program = program  # builtin names that mean the program's own definitions (the program world)
         self.visited = 0
+
+    def env(self) -> dict:
+        return {**self.consts, **self.facades, **self.hostfns}
 
     # -- names
 
     def _kind(self, name: str) -> str:
         if name in self.kind:
             return self.kind[name]
-        return "builtin" if name in HOST_BUILTINS else "sandbox"
+        if name in self.program:
+            return "sandbox"
+        if name in HOST_BUILTINS:
+            return "builtin"
+        return "foreign" if name in _PY_BUILTINS else "sandbox"
 
     def _touches_sandbox(self, node: ast.AST) -> bool:
-        return any(self._kind(n) == "sandbox" for n in _free_names(node))
+        """Whether it calls the program: a program name, or a change of a value that lives in the sandbox (r.pop())."""
+        return any(self._kind(n) == "sandbox" for n in _free_names(node)) or any(
+            isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _MUTATOR_NAMES
+            and self._program_rooted(sub) for sub in ast.walk(node))
+
+    def _static_only(self, node: ast.AST) -> bool:
+        return self._static_only_but(node, set())
+
+    def _static_only_but(self, node: ast.AST, names: set) -> bool:
+        return all(self._kind(n) in _HOST_KINDS for n in _free_names(node) - names)
 
     def _bind(self, names: list[str], kind: str) -> None:
         for n in names:
             self.kind[n] = kind
             self.static.pop(n, None)
+            self.fresh.pop(n, None)
+
+    # -- values the host computes now: the test's own, live (aliases and in-place changes hold as in Python)
+
+    def _eval_static(self, node: ast.AST):
+        return Evaluator({**self.static, **self.facades, **self.hostfns}, mutate=True)(node)
+
+    def _const(self, value) -> ast.Name:
+        """A value frozen where the test uses it: a later in-place change of the test's own value must not reach it."""
+        try:
+            value = copy.deepcopy(value)
+        except Exception:  # noqa: BLE001 - a generator: the host never changes it after this point anyway
+            pass
+        key = "=%d" % len(self.consts)
+        self.consts[key] = value
+        return ast.Name(id=key, ctx=ast.Load())
+
+    def _host_value(self, node: ast.AST, lazy: bool) -> ast.AST:
+        """A host-only part the host can compute now: computed once, here; what it raises is raised where it is used."""
+        try:
+            value = self._eval_static(node)
+        except Exception as exc:  # noqa: BLE001 - the test's own expression fails: its assertion fails when judged
+            key = "=%d" % len(self.consts)
+            self.consts[key] = _Failed(exc)
+            return ast.Name(id=key, ctx=ast.Load())
+        if hasattr(value, "__next__"):  # an iterator is used up once: each judgement evaluates its own
+            return self._freeze(node, lazy)
+        return self._const(value)
+
+    def _read(self, name: str, lazy: bool) -> ast.Name:
+        """A mirror's value as the host needs it now: read back from the sandbox if the program ran since."""
+        at, where = self.fresh.get(name, (-1, None))
+        if at != len(self.steps):
+            j = self._add_step(("eval", name, (), None, True, not lazy))
+            at, where = len(self.steps), "#%d" % j
+            self.fresh[name] = (at, where)
+        return ast.Name(id=where, ctx=ast.Load())
 
     # -- expressions
 
     def _host_tree(self, node: ast.AST, lazy: bool) -> ast.AST:
-        """The host's version of an expression: static names frozen to constants, probes as placeholders."""
-        if isinstance(node, ast.Name) and self._kind(node.id) != "sandbox":
+        """The host's version of an expression: the host's values as constants, the program's parts as probes."""
+        if isinstance(node, ast.Name):
             kind = self._kind(node.id)
             if kind == "static":
-                key = "=%d" % len(self.consts)
-                self.consts[key] = self.static[node.id]
-                return ast.Name(id=key, ctx=ast.Load())
-            if kind == "builtin" and HOST_BUILTINS[node.id] is None:
-                raise Unsplittable("%s() is not evaluated on the host" % node.id)
-            return node
-        if not self._touches_sandbox(node):
+                return self._const(self.static[node.id])
+            if kind == "mirror":
+                return self._read(node.id, lazy)
+            if kind in ("foreign", "testmodule", "computed"):
+                raise Unsplittable("the host cannot evaluate %r" % node.id)
+            if kind != "sandbox":
+                return node
+        elif not self._touches_sandbox(node):
             self._check_host_only(node)
-            return self._freeze(node)
+            return self._host_value(node, lazy) if self._static_only(node) else self._freeze(node, lazy)
         if isinstance(node, _COMPS):
             # [f(x) for x in xs]: only inputs flow into the program's calls, so it may run there as a whole.
-            # (all(f(x) == 2 * x for x in xs) may not: its comparison and expected values belong to the host.)
+            # (all(f(x) == 2 * x for x in xs) may not: its comparison and expected values belong to the host;
+            # nor [f(t[0]) for t in tests]: t[1] would go in with it. Those are unrolled here, item by item.)
             elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
-            if any(self._host_shape(e) or not self._touches_sandbox(e) for e in elements):
+            if not any(self._host_shape(e) or not self._touches_sandbox(e) for e in elements) and (
+                    self._uses_targets_whole(node) or not any(self._holds_host_data(g.iter) for g in node.generators)):
+                return self._probe(node, lazy)
+            unrolled = self._unroll(node, lazy)
+            if unrolled is None:
                 raise Unsplittable("a comprehension that compares or computes on the program's results")
-            return self._probe(node, lazy)
+            return unrolled
         if self._host_shape(node) and not self._whole(node):
             return self._rebuild(node, lazy)
-        return self._probe(node, lazy)
+        if self._program_rooted(node) or not self._holds_host_data(node, inputs=False):
+            return self._probe(node, lazy)
+        # np.allclose(f(x), [1, 2]): neither the host's nor the program's function, and it holds the test's values
+        raise Unsplittable("the host cannot evaluate %r, and the sandbox may not see its values"
+                           % ast.unparse(node)[:80])
 
     def _whole(self, node: ast.AST) -> bool:
         """`len(stack)`, `sorted(set(sys.modules) - seen)`: an operation on program values that holds no host data
         (no constant, no host value) leaks nothing, so it runs where the values live and only its result travels.
         Comparisons, `not`, `and`/`or`, `type` and `isinstance` always stay on the host: they judge."""
         if isinstance(node, ast.Call):
-            if not (isinstance(node.func, ast.Name) and node.func.id not in ("type", "isinstance")):
+            if isinstance(node.func, ast.Name) and node.func.id in ("type", "isinstance"):
                 return False
         elif not isinstance(node, (ast.BinOp, ast.Subscript)):
             return False
+        return not self._holds_host_data(node)
+
+    def _holds_host_data(self, node: ast.AST, inputs: bool = True) -> bool:
+        """Whether a constant or a host value appears in it (`inputs=False`: other than as an input of a call of
+        the program's, as in `ascii(f(1))`)."""
         own = _bound_inside(node)
-        for sub in ast.walk(node):
+        todo = [node]
+        while todo:
+            sub = todo.pop()
             if isinstance(sub, ast.Constant) or (isinstance(sub, ast.Name) and sub.id not in own and
                                                  self._kind(sub.id) in ("static", "dynamic")):
-                return False
-        return True
+                return True
+            if inputs or not (sub is not node and isinstance(sub, ast.Call) and self._program_rooted(sub)):
+                todo.extend(ast.iter_child_nodes(sub))
+        return False
 
     def _host_shape(self, node: ast.AST) -> bool:
         if not _evaluable(node) or isinstance(node, (ast.Name, ast.Attribute)):
@@ -446,7 +695,7 @@ class _Splitter:
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name):
-                return self._kind(func.id) == "builtin" and HOST_BUILTINS[func.id] is not None
+                return self._kind(func.id) in ("builtin", "hostfn")
             if isinstance(func, ast.Attribute):
                 if isinstance(func.value, ast.Name) and self._kind(func.value.id) == "module":
                     return func.attr in self.facades[func.value.id].members
@@ -459,6 +708,87 @@ class _Splitter:
         while isinstance(node, (ast.Attribute, ast.Subscript)):
             node = node.value
         return isinstance(node, ast.Name) and self._kind(node.id) == "sandbox"
+
+    def _program_rooted(self, node: ast.AST) -> bool:
+        """`f(x, 5)`, `s.push(5)`, `f(1).real`: the program's own code receives what the expression holds."""
+        while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return isinstance(node, ast.Name) and self._kind(node.id) in ("sandbox", "mirror")
+
+    def _test_code(self, node: ast.AST) -> bool:
+        """Code of the test's that only the sandbox can run (a module the host does not evaluate), on constants
+        and values that already live there: it computes an input. Its value never reaches the host."""
+        kinds = {self._kind(n) for n in _free_names(node)}  # never a value of the program's (a mirror)
+        return bool(kinds & {"testmodule", "foreign", "computed"}) and kinds <= _HOST_KINDS - {"static"} | {
+            "testmodule", "foreign", "computed"}
+
+    def _uses_targets_whole(self, node: ast.AST) -> bool:
+        """Whether a comprehension hands each item it draws whole to the program (f(x)): not a part of it (f(t[0])),
+        and no part only in a condition (`for x, y in cases if y`)."""
+        targets = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        if any(isinstance(sub, (ast.Subscript, ast.Attribute)) and isinstance(sub.value, ast.Name) and
+               sub.value.id in targets for sub in ast.walk(node)):
+            return False
+        elements = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        return targets <= {n.id for e in elements for n in ast.walk(e) if isinstance(n, ast.Name)}
+
+    def _unroll(self, node: ast.AST, lazy: bool) -> ast.AST | None:
+        """One host tree per item, the items drawn here: None when the loops depend on the program."""
+        gens, targets = node.generators, set()
+        for gen in gens:
+            if gen.is_async or not self._static_only_but(gen.iter, targets):
+                return None
+            targets |= set(_target_names(gen.target)[0])
+            if not all(self._static_only_but(cond, targets) for cond in gen.ifs):
+                return None
+        kind = {ast.ListComp: "list", ast.SetComp: "set", ast.GeneratorExp: "gen", ast.DictComp: "dict"}[type(node)]
+        saved = {n: (self.kind.get(n), self.static.get(n), self.fresh.get(n)) for n in targets}
+        elts: list = []
+
+        def loop(i: int) -> None:
+            if i == len(gens):
+                self.visited += 1
+                if self.visited > MAX_UNROLL:
+                    raise Unsplittable("more than %d items once comprehensions are unrolled" % MAX_UNROLL)
+                item_lazy = lazy or (kind == "gen" and bool(elts))  # any(), all() may stop before this item
+                parts = [node.key, node.value] if kind == "dict" else [node.elt]
+                elts.extend(self._host_tree(p, item_lazy) for p in parts)
+                return
+            gen = gens[i]
+            self._check_host_only(gen.iter)
+            try:
+                items = list(self._eval_static(gen.iter))
+            except Exception as exc:  # noqa: BLE001
+                raise Unsplittable("a comprehension's iterable raised %s on the host" % type(exc).__name__) from None
+            for item in items:
+                tmp: dict = {}
+                try:
+                    _assign(tmp, gen.target, item)
+                    self._bind(list(tmp), "static")
+                    self.static.update(tmp)
+                    for cond in gen.ifs:
+                        self._check_host_only(cond)
+                    taken = all(self._eval_static(c) for c in gen.ifs)
+                except Unsplittable:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    raise Unsplittable("a comprehension's condition raised %s on the host"
+                                       % type(exc).__name__) from None
+                if taken:
+                    loop(i + 1)
+
+        try:
+            loop(0)
+        finally:  # the comprehension's names are its own, as in Python 3
+            for n, (kind_, value, fresh) in saved.items():
+                self._bind([n], kind_)
+                if kind_ is None:
+                    del self.kind[n]
+                elif kind_ == "static":
+                    self.static[n] = value
+                if fresh is not None:
+                    self.fresh[n] = fresh
+        return Unrolled(kind, elts)
 
     def _rebuild(self, node: ast.AST, lazy: bool) -> ast.AST:
         """Split each child, in evaluation order; operands after a short-circuit point are lazy."""
@@ -489,6 +819,7 @@ class _Splitter:
 
     def _check_host_only(self, node: ast.AST) -> None:
         """A part that mentions no program name must be evaluable here: sending it in would leak it."""
+        own = _bound_inside(node)
         methods = set()
         for sub in ast.walk(node):
             if isinstance(sub, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop,
@@ -498,13 +829,15 @@ class _Splitter:
             if isinstance(sub, ast.Call):
                 func = sub.func
                 if isinstance(func, ast.Name):
-                    bad = bad or self._kind(func.id) != "builtin" or HOST_BUILTINS[func.id] is None
+                    bad = bad or self._kind(func.id) not in ("builtin", "hostfn")
                 elif isinstance(func, ast.Attribute) and (func.attr in METHOD_NAMES or self._module_member(func)):
                     methods.add(id(func))
                 else:
                     bad = True
             elif isinstance(sub, ast.Attribute):
                 bad = not self._module_member(sub)
+            elif isinstance(sub, ast.Name) and sub.id not in own:
+                bad = self._kind(sub.id) in ("foreign", "testmodule", "computed", "sandbox")
             if bad:
                 raise Unsplittable("the host cannot evaluate %r" % ast.unparse(sub)[:80])
 
@@ -512,32 +845,69 @@ class _Splitter:
         return (isinstance(node.value, ast.Name) and self._kind(node.value.id) == "module"
                 and node.attr in self.facades[node.value.id].members)
 
-    def _freeze(self, node: ast.AST) -> ast.AST:
-        """Replace static names (not the comprehension's own) by placeholders bound to their current values."""
+    def _freeze(self, node: ast.AST, lazy: bool) -> ast.AST:
+        """Replace the test's own names (not the comprehension's) by the values they hold at this point."""
         own = _bound_inside(node)
+        splitter = self
 
         class Freeze(ast.NodeTransformer):
-            def visit_Name(inner, n):  # noqa: N805 - closure over the splitter
-                if n.id not in own and self._kind(n.id) == "static":
-                    key = "=%d" % len(self.consts)
-                    self.consts[key] = self.static[n.id]
-                    return ast.copy_location(ast.Name(id=key, ctx=ast.Load()), n)
+            def visit_Name(self, n):  # noqa: N802
+                kind = splitter._kind(n.id) if n.id not in own else ""
+                if kind == "static":
+                    return ast.copy_location(splitter._const(splitter.static[n.id]), n)
+                if kind == "mirror":
+                    return ast.copy_location(splitter._read(n.id, lazy), n)
                 return n
 
         return Freeze().visit(_copy(node))
 
-    def _inputs(self, node: ast.AST) -> tuple:
-        bindings = []
-        for name in sorted(_free_names(node)):
+    def _input(self, node: ast.AST):
+        """The tokens of a part of a probe the host computes now, or None to leave it to the sandbox as written."""
+        try:
+            self._check_host_only(node)
+            value = self._eval_static(node)
+            tokens = codec.encode(value)
+            back = codec.decode(tokens)
+        except Exception:  # noqa: BLE001 - the sandbox computes it as Python would, and fails as Python would
+            return None
+        return tokens if type(back) is type(value) and back == value else None
+
+    def _prepare(self, node: ast.AST) -> tuple[ast.AST, tuple, list]:
+        """What a step sends in: (source, inputs, names it hands over). Each part that holds the test's own values
+        is computed here and sent as a value (`f(t[0])` sends t[0], not t); a value the host computed from the
+        program's results is never sent back."""
+        own = _bound_inside(node)
+        bindings: list = []
+        splitter = self
+
+        class Inputs(ast.NodeTransformer):
+            def visit(self, sub):
+                if isinstance(sub, ast.expr) and not isinstance(sub, (ast.Constant, ast.Name, ast.Starred)):
+                    names = _free_names(sub)
+                    if not names & own and splitter._static_only(sub) and any(
+                            splitter._kind(n) == "static" for n in names):
+                        tokens = splitter._input(sub)
+                        if tokens is not None:
+                            bindings.append(("__in%d" % len(bindings), tokens))
+                            return ast.Name(id=bindings[-1][0], ctx=ast.Load())
+                return self.generic_visit(sub)
+
+        statics = any(isinstance(n, ast.Name) and self._kind(n.id) == "static" for n in ast.walk(node))
+        new = Inputs().visit(_copy(node)) if statics else node
+        handed = []
+        for name in sorted(_free_names(new)):
             kind = self._kind(name)
             if kind == "dynamic":
                 raise Unsplittable("a value the host computes from the program's results is passed back in")
             if kind == "static":
+                value = self.static[name]
                 try:
-                    bindings.append((name, codec.encode(self.static[name])))
+                    bindings.append((name, codec.encode(value)))
                 except codec.CodecError as exc:
                     raise Unsplittable("input %r is not plain data: %s" % (name, exc)) from None
-        return tuple(bindings)
+                if _mutable(value):
+                    handed.append(name)
+        return new, tuple(bindings), handed
 
     def _add_step(self, step: tuple) -> int:
         if len(self.steps) >= MAX_STEPS:
@@ -545,9 +915,20 @@ class _Splitter:
         self.steps.append(step)
         return len(self.steps) - 1
 
+    def _step(self, kind: str, node: ast.AST, want: bool, strict: bool) -> int:
+        source, bindings, handed = self._prepare(node)
+        j = self._add_step((kind, ast.unparse(source), bindings, None, want, strict))
+        # a value the program can change in place lives in the sandbox from now on: the host reads it back, and
+        # the test's other names for the same object (b = a) name it there too
+        for name in handed:
+            for alias in [n for n, v in self.static.items() if v is self.static[name] and n not in handed]:
+                self._add_step(("exec", "%s = %s" % (alias, name), (), None, False, True))
+                self._bind([alias], "mirror")
+        self._bind(handed, "mirror")
+        return j
+
     def _probe(self, node: ast.AST, lazy: bool) -> ast.AST:
-        j = self._add_step(("eval", ast.unparse(node), self._inputs(node), None, True, not lazy))
-        return ast.Name(id="#%d" % j, ctx=ast.Load())
+        return ast.Name(id="#%d" % self._step("eval", node, True, not lazy), ctx=ast.Load())
 
     # -- statements
 
@@ -566,12 +947,18 @@ class _Splitter:
             self.actions.append(("assert", tree, ast.unparse(stmt.test)))
         elif isinstance(stmt, ast.Assign):
             self._assign(stmt)
+        elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            name = stmt.target.id
+            value = ast.BinOp(left=ast.Name(id=name, ctx=ast.Load()), op=stmt.op, right=stmt.value)
+            self._assign(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value))
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
             self._import(stmt)
         elif isinstance(stmt, ast.Expr):
-            self._expr(stmt)
+            self._expr(stmt.value)
         elif isinstance(stmt, ast.For):
             self._for(stmt)
+        elif isinstance(stmt, ast.If):
+            self._if(stmt)
         else:
             raise Unsplittable("a %s statement" % type(stmt).__name__)
 
@@ -580,28 +967,31 @@ class _Splitter:
             raise Unsplittable("chained assignment")
         names, unpack = _target_names(stmt.targets[0])
         value = stmt.value
-        refs = {self._kind(n) for n in _free_names(value)}
-        if not self._touches_sandbox(value) and not refs & {"mirror", "dynamic"}:
+        if self._static_only(value):
             self._check_host_only(value)
             try:
-                frozen = self._freeze(value)
-                result = Evaluator({**self.consts, **self.facades})(frozen)
+                result = self._eval_static(value)
                 tmp: dict = {}
                 _assign(tmp, stmt.targets[0], result)
-            except Exception as exc:  # the test itself fails here; let the sandbox show it as written
+            except Exception as exc:  # noqa: BLE001 - the test itself fails here; let the sandbox show it as written
                 raise Unsplittable("a host-side assignment raised %s" % type(exc).__name__) from None
             self._bind(names, "static")
             self.static.update(tmp)
             return
+        if self._test_code(value):  # data = json.loads('[1, 2]'): an input made in the sandbox, kept there
+            self.actions.append(("ran", self._add_step(("eval", ast.unparse(value), (), (names, unpack), False,
+                                                        True))))
+            self._bind(names, "computed")
+            return
         tree = self._host_tree(value, False)
+        self.actions.append(("bind", names, unpack, tree))
         if isinstance(tree, ast.Name) and tree.id.startswith("#") and self._touches_sandbox(value):
             j = int(tree.id[1:])  # the whole value comes from the sandbox: keep it there too, under its names
             kind, source, bindings, _, want, strict = self.steps[j]
             self.steps[j] = (kind, source, bindings, (names, unpack), want, strict)
-            self.actions.append(("bind", names, unpack, tree))
             self._bind(names, "mirror")
+            self.fresh.update((n, (len(self.steps), n)) for n in names)
         else:
-            self.actions.append(("bind", names, unpack, tree))
             self._bind(names, "dynamic")
 
     def _import(self, stmt: ast.stmt) -> None:
@@ -610,38 +1000,67 @@ class _Splitter:
         for alias in stmt.names:
             if alias.name == "*":
                 raise Unsplittable("import *")
-            name = alias.asname or alias.name.split(".")[0]
-            if isinstance(stmt, ast.Import) and alias.name in HOST_MODULES and "." not in alias.name:
-                self.facades[name] = _facade(alias.name)
-                self._bind([name], "module")
+            if isinstance(stmt, ast.Import):
+                name = alias.asname or alias.name.split(".")[0]
+                if alias.name in HOST_MODULES:
+                    self._bind([name], "module")
+                    self.facades[name] = _facade(alias.name)
+                else:
+                    self._bind([name], "testmodule")
+                continue
+            name = alias.asname or alias.name
+            module = stmt.module if not stmt.level else None
+            facade = _facade(module) if module in HOST_MODULES else None
+            member = facade.members.get(alias.name) if facade else None
+            if member is not None:
+                self.facades["%" + name] = facade  # not a name a test can write: only makes its members callable
+            if member is None:
+                self._bind([name], "testmodule")
+            elif callable(member):  # from collections import Counter: the real one, whatever the program did
+                self._bind([name], "hostfn")
+                self.hostfns[name] = member
             else:
-                self._bind([name], "sandbox")
+                self._bind([name], "static")
+                self.static[name] = member
 
-    def _expr(self, stmt: ast.Expr) -> None:
-        value = stmt.value
+    def _expr(self, value: ast.expr) -> None:
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "print" and \
+                self._kind("print") == "foreign":
+            for arg in value.args:  # what it prints decides nothing: only the program's parts run, without it
+                if not self._static_only(arg):
+                    self._expr(arg)
+            return
         if isinstance(value, ast.Name):  # a bare name: `print` in HumanEval/129
             if self._kind(value.id) == "sandbox":
-                self._add_step(("exec", value.id, (), None, False, True))
-                self.actions.append(("ran", len(self.steps) - 1))
+                self.actions.append(("ran", self._add_step(("exec", value.id, (), None, False, True))))
             return
-        if self._touches_sandbox(value):
-            j = self._add_step(("exec", ast.unparse(stmt), self._inputs(value), None, False, True))
-            self.actions.append(("ran", j))
+        if self._static_only(value):  # the test's own statement on its own values: `coeffs.append(c)`
+            self._check_host_only(value)
+            try:
+                self._eval_static(value)
+            except Exception as exc:  # noqa: BLE001 - the test itself fails here; let the sandbox show it
+                raise Unsplittable("a host-side statement raised %s" % type(exc).__name__) from None
             return
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "print":
-            return  # printing host values shows nothing the verdict depends on
+        if self._test_code(value):  # np.random.seed(0)
+            self.actions.append(("ran", self._add_step(("exec", ast.unparse(value), (), None, False, True))))
+            return
+        if self._touches_sandbox(value) or self._program_rooted(value):
+            if not self._program_rooted(value) and self._holds_host_data(value, inputs=False):
+                raise Unsplittable("the host cannot evaluate %r, and the sandbox may not see its values"
+                                   % ast.unparse(value)[:80])
+            self.actions.append(("ran", self._step("exec", value, False, True)))
+            return
         self.actions.append(("expr", self._host_tree(value, False)))
 
     def _for(self, stmt: ast.For) -> None:
         if stmt.orelse or any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(stmt)):
             raise Unsplittable("a loop with break, continue or else")
-        if self._touches_sandbox(stmt.iter) or {self._kind(n) for n in _free_names(stmt.iter)} & {"mirror", "dynamic"}:
+        if not self._static_only(stmt.iter):
             raise Unsplittable("a loop over values the program computes")
         self._check_host_only(stmt.iter)
         try:
-            frozen = self._freeze(stmt.iter)
-            items = list(Evaluator({**self.consts, **self.facades})(frozen))
-        except Exception as exc:
+            items = list(self._eval_static(stmt.iter))
+        except Exception as exc:  # noqa: BLE001
             raise Unsplittable("a loop's iterable raised %s on the host" % type(exc).__name__) from None
         names, _ = _target_names(stmt.target)
         for item in items:
@@ -653,6 +1072,16 @@ class _Splitter:
             self._bind(names, "static")
             self.static.update(tmp)
             self.statements(stmt.body)
+
+    def _if(self, stmt: ast.If) -> None:
+        if not self._static_only(stmt.test):
+            raise Unsplittable("an if on values the program computes")
+        self._check_host_only(stmt.test)
+        try:
+            taken = bool(self._eval_static(stmt.test))
+        except Exception as exc:  # noqa: BLE001
+            raise Unsplittable("an if's condition raised %s on the host" % type(exc).__name__) from None
+        self.statements(stmt.body if taken else stmt.orelse)
 
 
 def _copy(node: ast.AST) -> ast.AST:
@@ -693,22 +1122,76 @@ def _inline_check(module: ast.Module) -> list[ast.stmt]:
     return rest + inlined
 
 
+def shadowed_builtins(program: str) -> frozenset:
+    """The builtin names a program binds at module level as written (def, class, import, assignment, `global`):
+    a test that calls them means the program's (`def sum(xs)`), as in Python. Bindings made at run time
+    (`globals()[...]`) are not seen: the host then uses the real builtin, which a program could get anyway by
+    not defining the name."""
+    try:
+        with _SPLIT_LOCK:
+            tree = ast.parse(program)
+    except Exception:  # noqa: BLE001 - it does not load in the sandbox either: never the host's fault
+        return frozenset()
+    names, todo = set(), [(tree, True)]
+    while todo:
+        node, top = todo.pop()
+        if isinstance(node, ast.Global):
+            names.update(node.names)
+        elif top and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif top and isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif top and isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif top and isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+        inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
+                                              *_COMPS))
+        todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return frozenset(names & _PY_BUILTINS)
+
+
+def _program_world(body: list[ast.stmt], shadowed: frozenset) -> frozenset:
+    """The program's builtin-named functions this test calls, when it calls no other program name.
+
+    `assert sum([1, 2, 3]) == 6` against `def sum(xs)` calls the program, as Python would: the function under test.
+    Where the test also calls other program functions, a redefined builtin is the real one: in
+    `assert f(x) == sorted([3, 1, 2])` it computes an expected value, and [3, 1, 2] must not go in (every step's
+    inputs are visible to the program from the start of the job), nor may the program decide what it returns."""
+    if not shadowed:
+        return frozenset()
+    read, bound = set(), set()
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name):
+                (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+    free = read - bound
+    return frozenset(free & shadowed) if not free - _PY_BUILTINS else frozenset()
+
+
 @functools.lru_cache(maxsize=8192)
-def split_test(source: str) -> Plan:
-    """How `source` will be judged. Cached: a batch runs the same tests for every completion of a prompt."""
+def split_test(source: str, shadowed: frozenset = frozenset()) -> Plan:
+    """How `source` will be judged against a program that binds the builtin names `shadowed` (shadowed_builtins).
+    Cached: a batch runs the same tests for every completion of a prompt."""
     try:
         with _SPLIT_LOCK:  # the splitter parses again (_copy): the whole split, not just the first parse
-            module = ast.parse(source)
-            splitter = _Splitter()
-            splitter.statements(_inline_check(module))
+            body = _inline_check(ast.parse(source))
+            splitter = _Splitter(_program_world(body, shadowed))
+            splitter.statements(body)
     except SyntaxError:
         return Plan("sandbox", reason="the test does not parse on the host", source=source)
     except Unsplittable as exc:
         return Plan("sandbox", reason=str(exc), source=source)
     except RecursionError:
         return Plan("sandbox", reason="the test is nested too deeply to split", source=source)
-    env = {**splitter.consts, **splitter.facades}
-    return Plan("host", tuple(splitter.steps), (env, tuple(splitter.actions)), source=source)
+    return Plan("host", tuple(splitter.steps), (splitter.env(), tuple(splitter.actions)), source=source,
+                program_names=bool(splitter.program))
 
 
 def judge(plan: Plan, values: list) -> tuple[bool, str]:
@@ -739,7 +1222,7 @@ def judge(plan: Plan, values: list) -> tuple[bool, str]:
             elif kind == "expr":
                 evaluate(action[1])
             elif not evaluate(action[1]):
-                return False, "assert %s: false on the host%s" % (action[2][:200], _shown(action[1], env, values))
+                return False, "assert %s: false on the host%s" % (action[2][:200], _shown(action[1], values))
         except HostJudgeError as exc:
             return False, "%s: %s" % (action[2][:200] if kind == "assert" else kind, exc)
         except Exception as exc:  # what the expression itself raises (TypeError, ZeroDivisionError, ...)
@@ -748,13 +1231,12 @@ def judge(plan: Plan, values: list) -> tuple[bool, str]:
     return True, ""
 
 
-def _shown(tree: ast.AST, env: dict, values: list) -> str:
+def _shown(tree: ast.AST, values: list) -> str:
     """The probes' values, for the message: `f(3)` returned 9."""
     shown = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id.startswith("#"):
-            j = int(node.id[1:])
-            value = values[j]
+            value = values[int(node.id[1:])]
             if not isinstance(value, (Raised, Opaque)):
                 shown.append(repr(value)[:120])
     return " (values: %s)" % ", ".join(shown) if shown else ""

@@ -1,13 +1,14 @@
 """From what the supervisor saw to a SandboxResult: read the records, judge host-mode tests, compare io output.
 
 Records are lines `<nonce> <json list>` written by inside/harness.py on fd 3, in a fixed order:
-ready, load, then per test either its steps' results and `end` (host mode) or `verdict` (sandbox mode), then
-done. The program can write there too. A line out of order, with another nonce, or not well formed marks the
-job as tampered with: 0 passed. A program that forges well-formed host-mode records only reports values of
+ready, load, then per test either its steps' results and `end` (host mode; a refused test has no steps) or
+`verdict` (sandbox mode), then done. The program can write there too. A line out of order, with another nonce,
+or not well formed marks the job as tampered with: 0 passed. A program that forges well-formed host-mode records only reports values of
 its choosing, which it could have returned anyway: the host still compares them with values it never sent.
 Records are parsed one at a time as the host reads them, never more lines than the harness writes, and a long
 line only as a flat token list within the codec's bounds: forged records cost the host no more memory than
-honest ones.
+honest ones. Whatever the records hold is the program's doing: nothing in them can make reading them fail
+other than as the program's failure.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .inside import codec
 @dataclass(frozen=True)
 class TestOutcome:
     passed: bool
-    mode: str  # "host" or "sandbox"
+    mode: str  # "host", "sandbox" or "refused"
     why: str = ""
 
 
@@ -77,7 +78,7 @@ def _parse(raw: bytes, start: int, end: int) -> list | None:
     try:
         record = json.loads(raw[start:end].decode("utf-8"), parse_int=_bounded_int, parse_float=_no_float,
                             parse_constant=_no_float)
-    except (ValueError, RecursionError):
+    except Exception:  # noqa: BLE001 - ValueError, RecursionError, MemoryError: not well formed
         return None
     return record if isinstance(record, list) and record and isinstance(record[0], str) else None
 
@@ -131,8 +132,8 @@ def _step_value(record: list, test: int, step: int):
     if kind == "value" and len(record) == 4:
         try:
             return (codec.decode(record[3]),)
-        except codec.CodecError as exc:
-            return (split.Opaque("undecodable value: %s" % exc),)
+        except Exception as exc:  # noqa: BLE001 - a value the host cannot decode fails the test, as the program's
+            return (split.Opaque("undecodable value: %s: %s" % (type(exc).__name__, str(exc)[:200])),)
     return None
 
 
@@ -181,6 +182,9 @@ def read_tests(raw: bytes, nonce: str, plans: list[split.Plan]) -> tuple[bool, b
                 return fail("result records tampered with")
             values.append(value[0])
         values += [split.Raised("(not run)")] * (len(plan.steps) - len(values))
+        if plan.mode == "refused":
+            outcomes.append(TestOutcome(False, "refused", plan.reason))
+            continue
         passed, why = split.judge(plan, values)
         outcomes.append(TestOutcome(passed, "host", why))
     record = take()

@@ -143,7 +143,11 @@ def _scalar(tag: str, tokens: list, pos: int) -> tuple[object, int]:
         return (data if tag == "b" else bytearray(data)), pos + 1
     if tag == "r":
         value = range(_hex_int(arg()), _hex_int(arg(1)), _hex_int(arg(2)) or 1)
-        if len(value) > MAX_ITEMS:
+        try:
+            length = len(value)
+        except OverflowError:  # past 2**63 items: range(1 << 100) is a value a program can send
+            length = MAX_ITEMS + 1
+        if length > MAX_ITEMS:
             raise CodecError("range longer than %d" % MAX_ITEMS)
         return value, pos + 3
     raise CodecError("unknown tag %r" % (tag,))

@@ -58,12 +58,14 @@ def _flush() -> bool:
         return False
 
 
-def fresh_namespace(program_ns: dict) -> dict:
-    """A test's globals: the program's names, except any that shadow a builtin, and an untouched builtins copy.
+def fresh_namespace(program_ns: dict, program_names: bool = False) -> dict:
+    """A test's globals: the program's names, except any that shadow a builtin (unless the host split the test to
+    call the program's own `sum`: `program_names`), and an untouched builtins copy.
 
     Each test gets its own, so a test (or the program) cannot leave a rebound `type` or `isinstance` for the next.
     """
-    ns = {k: v for k, v in program_ns.items() if k not in _BUILTIN_NAMES and not k.startswith("__")}
+    ns = {k: v for k, v in program_ns.items()
+          if (program_names or k not in _BUILTIN_NAMES) and not k.startswith("__")}
     ns["__builtins__"] = dict(PRISTINE_BUILTINS)
     ns["__name__"] = "__test__"
     return ns
@@ -100,8 +102,8 @@ def run_tests(job: dict, channel: _Channel) -> int:
         _report(exc)
         loaded = False
     channel.emit("load", loaded)
-    for i, (mode, body) in enumerate(job["tests"] if loaded else ()):
-        ns = fresh_namespace(program_ns)
+    for i, (mode, body, program_names) in enumerate(job["tests"] if loaded else ()):
+        ns = fresh_namespace(program_ns, program_names)
         filename = "<test %d>" % i
         if mode == "sandbox":
             ok = False
