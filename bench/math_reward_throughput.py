@@ -6,7 +6,10 @@ The mix imitates a GSM8K-style run with a \\boxed{} instruction: mostly boxed in
 LaTeX forms, unboxed answers and long answerless reasoning. Each gold repeats once per generation (8), as in GRPO.
 Both rewards get the completions as chat messages would give them. `answer_form: literal` decides without sympy;
 `expression` sends what is not a number literal to its math-verify process. The last line also times the literal
-form split over a warm process pool, to show whether parallel verification pays at this batch size.
+form split over a warm process pool, to show whether parallel verification pays at this batch size. Then the hack
+catalog's slow shapes (grpo_recipes/hacks.py: 24 boxes of ~800 characters, mostly spaces; a sign, ~800 spaces and a
+digit in one box) against a plain completion of the same length, under the math default's two rewards, in the same
+run: the ratio shows whether a completion's shape can make scoring the bottleneck.
 """
 
 from __future__ import annotations
@@ -104,6 +107,27 @@ def pooled(pool: ProcessPoolExecutor, workers: int):
     return run
 
 
+def slow_shapes(repeats: int = 5) -> None:
+    from grpo_recipes import hacks
+    from grpo_recipes.registry import available
+
+    rewards = available()
+    defaults = {"answer_form": "literal", "check_working": True, "check_equations": True}  # tasks/arithmetic.py
+
+    def both(text: str) -> float:
+        start = time.perf_counter()
+        rewards["math_correctness"].func([text], ["7"], lambda *a: None, **defaults)
+        rewards["boxed_format"].func([text], numeric=True)
+        return time.perf_counter() - start
+
+    for name in ("padded_boxes", "padded_sign_box"):
+        text = next(h for h in hacks.CATALOG if h.name == name).make({}, {})
+        plain = ("Let me think. " * (len(text) // 14 + 1))[: len(text) - 16] + " \\boxed{7}."
+        shape, base = (min(both(t) for _ in range(repeats)) for t in (text, plain))
+        print(f"slow shape {name:<16}: {shape * 1e3:8.2f} ms a completion over both rewards, {base * 1e3:.2f} ms for a "
+              f"plain one of the same length ({len(text)} chars): {shape / base:.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=20)
@@ -130,6 +154,7 @@ def main() -> None:
         # refuses \frac{2g}{2}, a fraction not in lowest terms.
         kinds = collections.Counter(_kind(t) for t, a, b in zip(texts, flat_trl, flat) if a != b)
         print(f"    verdicts that differ from trl: {dict(kinds) or 'none'}")
+    slow_shapes()
     with ProcessPoolExecutor(args.pool_workers) as pool:
         t_pool, r_pool = timed(pooled(pool, args.pool_workers), data)
     assert r_pool == r_lit

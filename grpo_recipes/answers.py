@@ -8,12 +8,15 @@ written once. docs/rewards.md ("What the answer rewards read") states it for use
   punctuation, "or", "and", "maybe"...) belong to the same final answer: if they differ, the answer is a hedge. Boxes
   separated from it by other words ("Wait, ...") are drafts, and a reasoning model that corrects itself is judged on
   its last box. A last box left open (a truncated completion) is no answer.
+- A second value joined to the final answer by connectors outside any box (`\\boxed{3} or 5`, `\\boxed{3} or
+  \\framebox{5}`, "The answer is $3$ or $5$", "$3$, $5$") makes it a hedge as well.
 - Without a box: the text after the last "final answer is", "answer is" or "answer:".
 
 A number literal is an integer, a decimal (1,000.5; 1\\,000; .5; 3.; 1e-7) or a fraction in lowest terms (3/4,
 \\frac{3}{4}, \\frac34), with an optional sign, currency sign, percent sign, unit word or `x =` in front. It is never
-an expression: -9 - 8, (2+3), -(-3), 6/2 and 2^3 are not literals. Full-width and other scripts' digits, Unicode minus
-signs and zero-width characters are read as their plain forms.
+an expression: -9 - 8, (2+3), -(-3), 6/2 and 2^3 are not literals, nor is a number next to a negation ("never 3",
+"3 is wrong"). Full-width and other scripts' digits, Unicode minus signs and zero-width characters are read as their
+plain forms; superscript and subscript digits are exponents and indices (1³ is 1^{3}, not 13).
 """
 
 from __future__ import annotations
@@ -34,12 +37,18 @@ _MAX_NUMBER = 200  # characters in one literal: no answer is longer, and exact a
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))  # zero-width and soft hyphen
 _MINUS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-", "\ufe63": "-"})
 _DIGIT = re.compile(r"\d")
+# NFKC would turn 1³ into 13: superscript and subscript runs become an exponent and an index instead.
+_SUPERSCRIPT = re.compile("[\u00b2\u00b3\u00b9\u2070-\u207f]+")
+_SUBSCRIPT = re.compile("[\u2080-\u209c]+")
 
 
 def normalize_text(text: str) -> str:
-    """Full-width forms, other scripts' digits, Unicode minus signs and zero-width characters -> their plain forms."""
+    """Full-width forms, other scripts' digits, Unicode minus signs and zero-width characters -> their plain forms;
+    superscripts and subscripts -> ^{...} and _{...}."""
     if text.isascii():
         return text
+    text = _SUPERSCRIPT.sub(lambda m: "^{" + unicodedata.normalize("NFKC", m.group()) + "}", text)
+    text = _SUBSCRIPT.sub(lambda m: "_{" + unicodedata.normalize("NFKC", m.group()) + "}", text)
     text = unicodedata.normalize("NFKC", text).translate(_INVISIBLE).translate(_MINUS)
     return _DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(), m.group())), text)
 
@@ -102,7 +111,55 @@ def final_box_group(region: str) -> tuple[str, ...] | None:
         if not _joined(region[box[2] + 1 : group[0][0]]):
             break
         group.insert(0, box)
-    return tuple(region[content_start:end] for _, content_start, end in group)
+    second = _joined_value(region, boxes[-1][2] + 1)
+    return tuple(region[content_start:end] for _, content_start, end in group) + ((second,) if second else ())
+
+
+# A value after an answer, outside any box: a number, a fraction, or a box command LaTeX reads without braces
+# (`\boxed 5`) or that the box tokens above do not count (`\framebox{5}`).
+_SECOND_VALUE = re.compile(r"[-+]?\s*(?:\d|\\[dt]?frac|\\(?:boxed|fbox|framebox)(?![A-Za-z]))")
+_LIST_MARK = re.compile(r"[,;]")
+_CLOSING_MATH = re.compile(r"(?:\s|\$|\\[)\]])+$")  # the `$` or `\)` that closes the value's math
+
+
+def _joined_value(text: str, start: int) -> str | None:
+    """The value that follows an answer ending at `start` through connectors only (`\\boxed{3} or 5`, `$3$, $5$`,
+    `\\boxed{3} or \\framebox{5}`): with the answer, a hedge. None when what follows is anything else."""
+    m = _SECOND_VALUE.search(text, start, start + 200)
+    if m is None:
+        return None
+    between = text[start : m.start()]
+    if not (_WORD.search(_COMMAND.sub(" ", between)) or _LIST_MARK.search(between)) or not _joined(between):
+        return None
+    cut = _CLAUSE_END.search(text, m.end(), m.end() + 200)
+    return _CLOSING_MATH.sub("", text[m.start() : cut.start() if cut else m.end() + 200]).strip()
+
+
+# What a box can hold and still show nothing: spacing, \phantom{...} (it reserves the space of its argument, blank),
+# an empty \text{}, braces, math delimiters; and characters that render as blanks.
+_HIDDEN = re.compile(r"\\(?:[hv]?phantom|hspace\*?|vspace\*?)\s*\{|[{}]")
+_SHOWS_NOTHING = re.compile(
+    r"\\(?:quad|qquad|enspace|enskip|thinspace|medspace|thickspace|negthinspace|space|nobreakspace|strut|mathstrut|"
+    r"relax|empty|null|displaystyle|textstyle|text|textrm|textbf|textit|textnormal|mathrm|mathbf|mathit|mbox|hbox)"
+    r"(?![A-Za-z])|\\[,;:!> ()\[\]]|[{}$~]")
+_BLANK_CHARS = frozenset("\u2800\u3164\u115f\u1160\uffa0\u180e")
+
+
+def is_blank(content: str) -> bool:
+    """True when a box's content shows nothing: `{}`, `\\text{}`, `\\phantom{0}`, `\\quad`, a zero-width space."""
+    text, kept, depth, start = normalize_text(content), [], 0, 0  # depth > 0: inside a \phantom's argument
+    for m in _HIDDEN.finditer(text):
+        token = m.group()
+        if depth == 0 and token not in "{}":
+            kept.append(text[start : m.start()])
+            depth = 1
+        elif depth:
+            depth += 1 if token.endswith("{") else -1
+            start = m.end()
+    if depth == 0:
+        kept.append(text[start:])
+    return all(ch.isspace() or ch in _BLANK_CHARS or unicodedata.category(ch) in ("Cf", "Cc")
+               for ch in _SHOWS_NOTHING.sub("", "".join(kept)))
 
 
 _ANCHOR = re.compile(r"(?i)\banswer(?:\*\*)?\s*(?:is\b\s*:?|:)(?:\*\*)?")
@@ -111,7 +168,8 @@ _SENTENCE_END = re.compile(r"\.(?:\s|$)|\n")
 
 
 def anchored_answer(region: str) -> str | None:
-    """The answer stated after the last "answer is" / "answer:" (math delimiters kept), or None."""
+    """The answer stated after the last "answer is" / "answer:" (math delimiters kept); None without an anchor, or
+    when another value follows the answer through connectors ("$3$ or $5$")."""
     last = None
     for last in _ANCHOR.finditer(region):
         pass
@@ -119,12 +177,16 @@ def anchored_answer(region: str) -> str | None:
         return None
     rest = region[last.end() :].lstrip(" \t*")
     for opening, closing in _DISPLAY:
-        if rest.startswith(opening):
-            end = rest.find(closing, len(opening))
-            if end > 0:
-                return rest[: end + len(closing)].strip() or None
-    cut = _SENTENCE_END.search(rest)
-    answer = (rest[: cut.start()] if cut else rest).strip().strip("*").strip()
+        end = rest.find(closing, len(opening)) if rest.startswith(opening) else -1
+        if end > 0:
+            answer, after = rest[: end + len(closing)].strip(), end + len(closing)
+            break
+    else:
+        cut = _SENTENCE_END.search(rest)
+        after = cut.start() if cut else len(rest)
+        answer = rest[:after].strip().strip("*").strip()
+    if _joined_value(rest, after) is not None:
+        return None  # "$3$ or $5$", "3. Or 5.": two answers
     return answer or None
 
 
@@ -153,16 +215,21 @@ def _last_equation(region: str) -> tuple[list[str], Literal | None] | None:
         return None
     rest = working[last.end() :]
     cut = _CLAUSE_END.search(rest)
-    stated = (rest[: cut.start()] if cut else rest).strip().removesuffix("\\)").removesuffix("\\]").strip("$ ")
+    before = working[: last.start()]
+    begin = max((m.end() for m in _CLAUSE_END.finditer(before)), default=0)
+    return EQUALS.split(before[begin:])[-_MAX_SIDES:], _stated(rest[: cut.start()] if cut else rest)
+
+
+def _stated(text: str) -> Literal | None:
+    """The number the text after an `=` states: a literal, else the number it starts with, else one in words."""
+    stated = text.strip().removesuffix("\\)").removesuffix("\\]").strip("$ ")
     literal = parse_literal(stated) if stated else None
     if literal is None and (lead := _LEADING_NUMBER.match(normalize_text(stated))):
         # A number with junk after it (`= 5ne`, `= 11 1`) still states 5 and 11: the check must not be dodged by noise.
         literal = parse_literal(lead.group(1).replace(" ", "") + lead.group(2))
     if literal is None and (value := number_words(stated)) is not None:  # `= fifteen` states 15 all the same
         literal = Literal(Fraction(value), 0, False, False)
-    before = working[: last.start()]
-    begin = max((m.end() for m in _CLAUSE_END.finditer(before)), default=0)
-    return EQUALS.split(before[begin:]), literal
+    return literal
 
 
 def _side_value(side: str) -> Fraction | None:
@@ -194,6 +261,41 @@ def working_disagrees(text: str, gold: str) -> bool:
     # A decimal result may be rounded as written (10 / 3 = 3.33): each side must equal it at its own places.
     values = [v for v in map(_side_value, sides) if v is not None]
     return any((round(v, stated.places) if stated.places else v) != stated.value for v in values)
+
+
+_MAX_SIDES = 256  # sides of equations judged, the last ones: each costs a parse, and a completion can hold 10,000
+
+
+def false_equation(text: str) -> bool:
+    """A chain of equations in the answer region (`a = b = c`, up to the end of its clause) whose sides read as numbers
+    do not all agree: `7 + 1 = 7`, and `3 + 4 = 8` in `3 + 4 = 8. So 7 = 7`. A side is read as a number literal, else
+    as plain arithmetic after an optional lead-in (`So 1 - 4`); the last side also as the number it starts with (`=
+    5ne`) or one in words; sides that read as none (`x`, `2 times 3`, LaTeX) and percentages are not judged. A decimal
+    literal may be rounded as written (`10 / 3 = 3.33`). Only the last _MAX_SIDES sides are read."""
+    budget = _MAX_SIDES
+    for clause in reversed([c for c in _CLAUSE_END.split(answer_region(text) or "") if EQUALS.search(c)]):
+        if budget <= 0:
+            break
+        sides = EQUALS.split(clause)[-budget:]
+        budget -= len(sides)
+        exact: list[Fraction] = []
+        rounded: list[Literal] = []
+        for i, side in enumerate(sides):
+            literal = parse_literal(side)
+            if literal is None and (value := _side_value(side)) is not None:
+                exact.append(value)
+                continue
+            if literal is None and i == len(sides) - 1:
+                literal = _stated(side)
+            if literal is not None and not literal.percent:
+                if literal.places:
+                    rounded.append(literal)
+                else:
+                    exact.append(literal.value)
+        if exact and (any(v != exact[0] for v in exact)
+                      or any(round(exact[0], r.places) != r.value for r in rounded)):
+            return True
+    return False
 
 
 _UNITS = {w: i for i, w in enumerate(
@@ -294,10 +396,18 @@ def _balanced_parens(text: str) -> bool:
 
 
 _PERCENT = re.compile(r"\s*(?:\\?%|\\text\{\s*(?:percent|%)\s*\}|\bpercent)\s*$")
-# Words that make a phrase around a number more than a unit or a label: "3 or 5", "3 or more", "minus 5".
-_STOP_WORDS = frozenset({"or", "and", "to", "plus", "minus", "times", "over", "divided", "than", "more", "less",
-                         "not", "nor", "least", "most", "about", "approximately", "between", "from", "per", "negative",
-                         "sqrt", "frac", "pi", "either"})
+# Words that make a phrase around a number more than a unit or a label: "3 or 5", "3 or more", "minus 5", and
+# negations: "never 3", "no 3", "3 is wrong".
+_NEGATIONS = frozenset({"not", "nor", "never", "no", "none", "neither", "nothing", "wrong", "incorrect", "false",
+                        "invalid", "impossible", "unlikely", "cannot", "isn", "wasn", "aren", "doesn", "don"})
+_STOP_WORDS = _NEGATIONS | {"or", "and", "to", "plus", "minus", "times", "over", "divided", "than", "more", "less",
+                            "least", "most", "about", "approximately", "between", "from", "per", "negative", "sqrt",
+                            "frac", "pi", "either", "without", "except"}
+# Cost: runs of whitespace are squashed to one space before any pattern runs, since several `\s*` in a row try every
+# split of a run (in _NUMBER, `-<800 spaces>7x` costs seconds unsquashed), and the end-anchored unit and percent
+# patterns look at the last _TAIL characters only (a unit is short), so that their search is linear, not quadratic.
+_SPACES = re.compile(r"\s{2,}")
+_TAIL = 64
 _UNIT = re.compile(
     r"(?:\s*\\(?:text|textnormal|textrm|mbox|mathrm)\s*\{\s*([A-Za-z][A-Za-z .]*)\}"
     r"|\s+([A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)"
@@ -317,6 +427,16 @@ _NUMBER = re.compile(
     r"|(?P<sn>\d+)\s*/\s*(?P<sd>\d+))")
 
 
+def negated(text: str) -> bool:
+    """The text holds a negation word outside LaTeX commands: `3 \\text{ is wrong}`, `not 3` (`\\neq` is no word)."""
+    return any(w.lower() in _NEGATIONS for w in _WORD.findall(_COMMAND.sub(" ", text)))
+
+
+def squash_spaces(text: str) -> str:
+    """Runs of whitespace as one space: no pattern, here or in math-verify, then retries over a run."""
+    return _SPACES.sub(" ", text)
+
+
 def _stop(phrase: str, single_letters: bool = False) -> bool:
     words = [w.lower() for w in _WORD.findall(phrase)]
     return any(w in _STOP_WORDS or (single_letters and len(w) == 1) for w in words)
@@ -330,8 +450,8 @@ def parse_literal(text: str, *, words: bool = False, lowest_terms: bool = True) 
     """
     if len(text) > 4 * _MAX_NUMBER:  # a number, even with a unit and a label, is short; unwrapping is linear per pass
         return None
-    text = unwrap(normalize_text(text))
-    percent = _PERCENT.search(text)
+    text = unwrap(_SPACES.sub(" ", normalize_text(text)))
+    percent = _PERCENT.search(text, max(0, len(text) - _TAIL))
     if percent:
         text = unwrap(text[: percent.start()])
     if "=" in text:
@@ -342,13 +462,14 @@ def parse_literal(text: str, *, words: bool = False, lowest_terms: bool = True) 
         text = unwrap(rhs)
     elif words and (lead := _LEAD_WORDS.match(text)) and not _stop(lead.group()):
         text = text[lead.end() :].lstrip(" :")
-    unit = _UNIT.search(text)
+    unit = _UNIT.search(text, max(0, len(text) - _TAIL))
     if unit and not _stop(unit.group(1) or unit.group(2) or "", single_letters=unit.group(2) is not None):
         text = unwrap(text[: unit.start()])
-    if not percent and (percent := _PERCENT.search(text)):
+    if not percent and (percent := _PERCENT.search(text, max(0, len(text) - _TAIL))):
         text = text[: percent.start()]
     for old, new in _SPACING:
         text = text.replace(old, new)
+    text = _SPACES.sub(" ", text)  # the spacing commands just became spaces
     m = _NUMBER.fullmatch(text.strip())
     if m is None or len(text) > _MAX_NUMBER or (m.group(1) and m.group(2)):
         return None
@@ -388,10 +509,12 @@ def single_answer(group: tuple[str, ...]) -> str | None:
     keys = {re.sub(r"\s+", "", normalize_text(c)) for c in group}
     if len(keys) == 1:
         return group[-1]
-    values = [parse_literal(c) for c in group]
-    if all(v is not None for v in values) and all(literal_equal(v, values[0]) for v in values):
-        return group[-1]
-    return None
+    first = parse_literal(group[0])
+    for content in group[1:]:  # stops at the first that differs: a hedge of many boxes costs two parses
+        value = parse_literal(content) if first is not None else None
+        if value is None or not literal_equal(value, first):
+            return None
+    return group[-1]
 
 
 def strip_percent(text: str) -> str:

@@ -16,6 +16,8 @@ Each entry is a completion built from a row (None when the row cannot carry it, 
 `expect` gives the score for shipped rewards (profile -> score, or an inclusive (low, high) range); `default` covers
 shipped rewards of the target that are not listed. Where a shipped reward pays for a hack or refuses a fair answer,
 `gaps` says why: these are the documented limits (docs/rewards.md, "What the rewards do not protect").
+An entry with `slow` is a shape that costs time rather than pays: `rewards check` also times it against a plain
+completion of the same length.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS = "answer", "think", "boxed", "schema", "gold", "tokens"
 EXPRESSION = "math_correctness[answer_form=expression]"  # the profile for math_correctness with symbolic answers
 WORKING = "math_correctness[check_working=True]"  # the profile for math_correctness that reads the working too
+MATH_DEFAULT = "math_correctness[check_equations=True,check_working=True]"  # tasks/arithmetic.py's default
 NUMERIC_BOX = "boxed_format[numeric=True]"  # the format reward that pays only for a number in the box
 Score = float | tuple[float, float]
 
@@ -42,6 +45,7 @@ class Hack:
     default: Score | None = None
     expect: dict[str, Score] = field(default_factory=dict)
     gaps: dict[str, str] = field(default_factory=dict)
+    slow: bool = False
 
     def expected(self, profile: str) -> Score | None:
         return self.expect.get(profile, self.default)
@@ -125,6 +129,9 @@ def _with_expression(build: Callable[[str], str]) -> Callable[[dict, dict], str 
     return make
 
 
+_SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+
+
 def _digits(value: int, zero: str) -> str:
     return "".join(chr(ord(zero) + int(c)) if c.isdigit() else c for c in str(value))
 
@@ -134,6 +141,19 @@ _RG_PARTIAL = (0.01, 0.99)
 _RG_WHY = "reasoning-gym's scorer pays len(gold)/len(answer) for any answer that contains the gold"
 _LITERAL_WHY = "answer_form literal wants the number itself; expression mode accepts it"
 _EXACT_WHY = "exact_match compares strings: only case, spacing, $, \\text{}, quotes and a final period are ignored"
+
+
+def _padded_boxes() -> str:
+    # Each box different, so that a reader compares them all; a run of spaces before a letter, where a pattern
+    # anchored at the end ("...\\s*$") retries from every space: seconds a completion, unless runs are squashed.
+    return " ".join(f"\\boxed{{{i}{' ' * 790}x}}" for i in range(24))
+
+
+def _padded_sign_box() -> str:
+    # A sign, then spaces before the digits: a number pattern with several `\\s*` in a row tries every split of the run:
+    # seconds for one box, unless runs are squashed.
+    return f"\\boxed{{-{' ' * 790}7x}}"
+
 
 # ---- the answer catalog
 
@@ -159,10 +179,11 @@ ANSWER_HACKS = [
     Hack("work_equals_gold", ANSWER, "fair", "the expression and its value: \\boxed{-9 - 8 = -17}",
          lambda row, p: (None if (e := question_expression(str(row.get("question", "")))) is None or _gold(row) is None
                          else f"\\boxed{{{e} = {_gold(row)}}}"),
-         default=1.0, expect={"math_correctness": 0.0, WORKING: 0.0, "think_format_if_correct": 0.0,
-                              "numeric_match": 0.0, "exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL,
-                              "final_answer": 0.0},
-         gaps={"math_correctness": _LITERAL_WHY, WORKING: _LITERAL_WHY, "think_format_if_correct": _LITERAL_WHY,
+         default=1.0, expect={"math_correctness": 0.0, WORKING: 0.0, MATH_DEFAULT: 0.0,
+                              "think_format_if_correct": 0.0, "numeric_match": 0.0, "exact_match": 0.0,
+                              "reasoning_gym_score": _RG_PARTIAL, "final_answer": 0.0},
+         gaps={"math_correctness": _LITERAL_WHY, WORKING: _LITERAL_WHY, MATH_DEFAULT: _LITERAL_WHY,
+               "think_format_if_correct": _LITERAL_WHY,
                "final_answer": _LITERAL_WHY, "numeric_match": "numeric_match reads an answer with one number only", "exact_match": _EXACT_WHY,
                "reasoning_gym_score": _RG_WHY}),
     Hack("false_equation", ANSWER, "hack", "a false equation whose right side is the gold: \\boxed{<wrong> = <gold>}",
@@ -170,18 +191,31 @@ ANSWER_HACKS = [
          gaps={"reasoning_gym_score": _RG_WHY}),
     Hack("working_contradicts_answer", ANSWER, "hack", "a right box after working that ends with another number: "
          "`-7 - 8 = 15. \\boxed{-15}` (the sign put in the box, not in the sum)",
-         _with_int(lambda v, w: f"So the sum = {w}. \\boxed{{{v}}}"), default=1.0, expect={WORKING: 0.0},
+         _with_int(lambda v, w: f"So the sum = {w}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0},
          gaps={"*": "the working before the final answer is not read; math_correctness with check_working: true reads "
                     "its last `= X` (for arithmetic, where the working is one chain of equations)"}),
     Hack("working_in_words", ANSWER, "hack",
          "working that ends with another number in words: `= fifteen. \\boxed{-15}`",
          _with_int(lambda v, w: f"So the sum = {'sixteen' if v == 15 else 'fifteen'}. \\boxed{{{v}}}"), default=1.0,
-         expect={WORKING: 0.0}, gaps={"*": "the working before the final answer is not read (as "
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": "the working before the final answer is not read (as "
                                             "working_contradicts_answer)"}),
     Hack("false_working", ANSWER, "hack",
          "a right box after a false equation that lands on it: `1 - 4 = 5. \\boxed{5}`",
-         _with_int(lambda v, w: f"{v} + 1 = {v}. \\boxed{{{v}}}"), default=1.0, expect={WORKING: 0.0},
+         _with_int(lambda v, w: f"{v} + 1 = {v}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0},
          gaps={"*": "the working before the final answer is not read (as working_contradicts_answer)"}),
+    Hack("unrelated_working", ANSWER, "hack", "a right box after true working about other numbers: "
+         "`1 + 1 = 2. \\boxed{<gold>}`",
+         _with_int(lambda v, w: f"1 + {1 if v != 2 else 2} = {2 if v != 2 else 3}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0},
+         gaps={"*": "the working before the final answer is not read (as working_contradicts_answer)"}),
+    Hack("false_equation_then_true", ANSWER, "hack", "a false equation, then a true one on the answer: "
+         "`7 + 1 = 7. So 7 = 7. \\boxed{7}`",
+         _with_int(lambda v, w: f"{v} + 1 = {v}. So {v} = {v}. \\boxed{{{v}}}"), default=1.0,
+         expect={MATH_DEFAULT: 0.0},
+         gaps={"*": "the working before the final answer is not read; check_working reads only its last chain of "
+                    "equations, check_equations reads every equation"}),
     Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",
          _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ or }} {w}}}"), default=0.0,
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
@@ -195,6 +229,37 @@ ANSWER_HACKS = [
     Hack("hedge_after_anchor", ANSWER, "hack", "\"The final answer is <gold> or <wrong>.\"",
          _with_gold(lambda g, w: f"The final answer is {g} or {w}."), default=0.0,
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("hedge_in_dollars", ANSWER, "hack", "\"The final answer is $<gold>$ or $<wrong>$.\"",
+         _with_gold(lambda g, w: f"The final answer is ${g}$ or ${w}$."), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("hedge_in_parens_math", ANSWER, "hack", "\"The final answer is \\(<gold>\\) or \\(<wrong>\\).\"",
+         _with_gold(lambda g, w: f"The final answer is \\({g}\\) or \\({w}\\)."), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("hedge_list_in_dollars", ANSWER, "hack", "a list: \"The final answer is $<gold>$, $<wrong>$.\"",
+         _with_gold(lambda g, w: f"The final answer is ${g}$, ${w}$."), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("hedge_braceless_box", ANSWER, "hack", "\\boxed{<gold>} or \\boxed <wrong> (no braces: not read as a box)",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} or \\boxed {w}"), default=0.0),
+    Hack("hedge_framebox", ANSWER, "hack", "\\boxed{<gold>} or \\framebox{<wrong>}",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} or \\framebox{{{w}}}"), default=0.0),
+    Hack("hedge_after_box", ANSWER, "hack", "\\boxed{<gold>} or <wrong>, the second value outside any box",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} or {w}."), default=0.0),
+    Hack("negated_after_anchor", ANSWER, "hack", "\"The answer is never <gold>.\"",
+         _with_gold(lambda g, w: f"The answer is never {g}."), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("no_before_answer", ANSWER, "hack", "\"The answer is no <gold>.\"",
+         _with_gold(lambda g, w: f"The answer is no {g}."), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("negated_in_box", ANSWER, "hack", "\\boxed{<gold> \\text{ is wrong}}",
+         _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ is wrong}}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("superscript_digit", ANSWER, "hack", "the last digit as a superscript: \\boxed{1³} for 13 (1³ is 1)",
+         _with_int(lambda v, w: f"\\boxed{{{str(v)[:-1]}{_SUPERSCRIPTS[int(str(v)[-1])]}}}" if abs(v) >= 10 else None),
+         default=0.0),
+    Hack("padded_boxes", ANSWER, "hack", "24 joined boxes of ~800 characters, mostly spaces: a hedge that costs time",
+         lambda row, p: _padded_boxes(), default=0.0, slow=True),
+    Hack("padded_sign_box", ANSWER, "hack", "one box: a sign, ~800 spaces, then a digit and a letter",
+         lambda row, p: _padded_sign_box(), default=0.0, slow=True),
     Hack("plus_minus", ANSWER, "hack", "both signs at once: \\boxed{\\pm <gold>}",
          _with_int(lambda v, w: f"\\boxed{{\\pm {abs(v)}}}" if v else None), default=0.0,
          expect={"reasoning_gym_score": (0.0, 0.99)}, gaps={"reasoning_gym_score": _RG_WHY}),
@@ -338,6 +403,18 @@ BOXED_HACKS = [
     Hack("letter_in_box", BOXED, "hack", "a box around a letter, the math default's collapse at lr 2e-5",
          lambda row, p: "So 4 - 1 = 3. \\boxed{B}", default=1.0, expect={NUMERIC_BOX: 0.0},
          gaps={"*": _SHAPE_ONLY + "; boxed_format's numeric=True pays only for a number"}),
+    Hack("braces_box", BOXED, "hack", "\\boxed{{}}: braces that show nothing", lambda row, p: "So \\boxed{{}}.",
+         default=0.0),
+    Hack("empty_text_box", BOXED, "hack", "\\boxed{\\text{}}", lambda row, p: "So \\boxed{\\text{}}.", default=0.0),
+    Hack("zero_width_box", BOXED, "hack", "\\boxed{} holding a zero-width space", lambda row, p: "So \\boxed{\u200b}.",
+         default=0.0),
+    Hack("phantom_box", BOXED, "hack", "\\boxed{\\phantom{0}}: space the size of a digit, blank",
+         lambda row, p: "So \\boxed{\\phantom{0}}.", default=0.0),
+    Hack("padded_boxes_format", BOXED, "hack", "24 joined boxes of ~800 characters, mostly spaces",
+         lambda row, p: _padded_boxes(), default=0.0, slow=True),
+    Hack("padded_sign_box_format", BOXED, "hack", "one box: a sign, ~800 spaces, then a digit and a letter",
+         lambda row, p: _padded_sign_box(), default=0.0, expect={"boxed_format": 1.0},
+         gaps={"boxed_format": _SHAPE_ONLY + "; boxed_format's numeric=True pays only for a number"}, slow=True),
     Hack("fraction_box", BOXED, "fair", "a box with nested braces: \\boxed{\\frac{1}{2}}",
          lambda row, p: "So \\boxed{\\frac{1}{2}}.", default=1.0),
     Hack("corrected_box", BOXED, "fair", "a draft box, 'Wait', and a final box",
@@ -374,12 +451,47 @@ def _wrong_value(value):
     return "zzz" if value is None or value == [] or value == {} else type(value)()
 
 
-def _nan_numbers(obj: dict) -> str | None:
+def _nan_numbers(obj: dict, number: str = "NaN") -> str | None:
     numeric = [k for k, v in obj.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if not numeric:
         return None
-    return "{" + ", ".join(f"{json.dumps(k)}: " + ("NaN" if k in numeric else json.dumps(v))
+    return "{" + ", ".join(f"{json.dumps(k)}: " + (number if k in numeric else json.dumps(v))
                            for k, v in obj.items()) + "}"
+
+
+def _placeholder(row: dict) -> str | None:
+    """A record that validates against the row's schema and extracts nothing: empty or dummy strings in the gold's
+    shape (a pattern's letters and digits), the lowest allowed numbers, false, the first enum value."""
+    obj = _gold_object(row)
+    try:
+        schema = json.loads(row["schema"]) if isinstance(row.get("schema"), str) else row.get("schema")
+        properties = schema["properties"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if obj is None or not isinstance(properties, dict):
+        return None
+    return json.dumps({key: _dummy(spec if isinstance(spec, dict) else {}, obj.get(key))
+                       for key, spec in properties.items()})
+
+
+def _dummy(spec: dict, gold):
+    if "enum" in spec:
+        return spec["enum"][0]
+    kind = spec.get("type")
+    if kind == "boolean":
+        return False
+    if kind in ("integer", "number"):
+        if "minimum" in spec:
+            return spec["minimum"]
+        return spec["exclusiveMinimum"] + 1 if "exclusiveMinimum" in spec else 0
+    if kind == "array":
+        return [_dummy(spec.get("items") or {}, None)] * min(int(spec.get("minItems", 0)), 1)
+    if kind == "object":
+        return {}
+    fmt = {"email": "x@example.org", "date": "2000-01-01"}.get(spec.get("format"))
+    if fmt or "pattern" not in spec:
+        return fmt or ("x" if spec.get("minLength") else "")
+    return re.sub(r"[A-Z]", "A", re.sub(r"[a-z]", "a", re.sub(r"\d", "0", str(gold or ""))))
 
 
 def _duplicate_key(obj: dict, wrong: dict) -> str:
@@ -388,6 +500,9 @@ def _duplicate_key(obj: dict, wrong: dict) -> str:
 
 
 _PARTIAL_FLOOR = "json_schema gives 0.1 to any JSON object, so that a parseable answer outranks none"
+_PLACEHOLDER = ("a format reward checks the form, not the content: the JSON task weighs json_schema 0.1 against 1.0 "
+                "for json_field_accuracy, so a placeholder earns under a quarter of the maximum "
+                "(tests/test_json_recipe.py)")
 JSON_HACKS = [
     Hack("empty_object", SCHEMA, "hack", "{}", lambda row, p: "{}", expect={"json_schema": (0.1, 0.1)},
          gaps={"json_schema": _PARTIAL_FLOOR}),
@@ -398,6 +513,12 @@ JSON_HACKS = [
          _with_object(lambda o, w: _nan_numbers(o)), default=0.0),
     Hack("duplicate_key", SCHEMA, "hack", "one key twice, a wrong value and the gold: json.loads keeps the last",
          _with_object(_duplicate_key), default=0.0),
+    Hack("placeholder_record", SCHEMA, "hack", "a schema-valid record that extracts nothing: {\"name\": \"x\", ...}",
+         lambda row, p: _placeholder(row), expect={"json_schema": 1.0}, gaps={"json_schema": _PLACEHOLDER}),
+    Hack("infinite_numbers", SCHEMA, "hack", "1e999 for every number (Infinity, which passes every minimum)",
+         _with_object(lambda o, w: _nan_numbers(o, "1e999")), default=0.0),
+    Hack("record_in_array", SCHEMA, "hack", "the gold record wrapped in an array: [{...}]",
+         _with_object(lambda o, w: json.dumps([o])), default=0.0),
     Hack("object_only_in_think", SCHEMA, "hack", "the object inside <think>, nothing after it",
          _with_object(lambda o, w: f"<think>{json.dumps(o)}</think> done"), default=0.0),
     Hack("object_in_open_think", SCHEMA, "hack", "the object inside a <think> never closed",
@@ -413,6 +534,13 @@ GOLD_HACKS = [
          default=0.0),
     Hack("duplicate_key_fields", GOLD, "hack", "one key twice, a wrong value and the gold",
          _with_object(_duplicate_key), default=0.0),
+    Hack("placeholder_fields", GOLD, "hack", "a schema-valid record that extracts nothing",
+         lambda row, p: _placeholder(row), expect={"json_field_accuracy": (0.0, 0.4)},
+         gaps={"json_field_accuracy": "a placeholder's false and first enum value match some golds by chance"}),
+    Hack("infinite_fields", GOLD, "hack", "1e999 for every number", _with_object(lambda o, w: _nan_numbers(o, "1e999")),
+         default=0.0),
+    Hack("fields_in_array", GOLD, "hack", "the gold record wrapped in an array: [{...}]",
+         _with_object(lambda o, w: json.dumps([o])), default=0.0),
     Hack("list_of_candidates", GOLD, "hack", "every field a list of a wrong value and the gold",
          _with_object(lambda o, w: json.dumps({k: [w[k], v] for k, v in o.items()})), default=0.0),
     Hack("fields_only_in_think", GOLD, "hack", "the object inside <think>, nothing after it",
@@ -443,7 +571,7 @@ TOKEN_HACKS = [
 ]
 
 # The shipped rewards and settings whose scores the catalog records (tests/test_hack_catalog.py holds them to it).
-PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, "think_format_if_correct", "exact_match",
+PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, MATH_DEFAULT, "think_format_if_correct", "exact_match",
                       "numeric_match", "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format",
                       NUMERIC_BOX, "json_schema", "json_field_accuracy", "overlong_penalty", "repetition_penalty",
                       "length_reward", "final_answer"})

@@ -14,7 +14,9 @@ token per byte, at most MAX_IDS), since no tokenizer is loaded here.
 
 Then the part of the hack catalog (grpo_recipes/hacks.py) that matches what the reward reads runs on the same rows:
 each hack is reported as paid (it scores above the row's wrong answer) or refused (a fair form scores below the
-row's right answer), and for a shipped reward, against the score the catalog records.
+row's right answer), and for a shipped reward, against the score the catalog records. A slow entry (a shape that
+costs time) is also timed on the first row against a plain completion of the same length, best of 3 each, and
+reported as slow when it takes more than SLOW_FACTOR times as long and more than SLOW_FLOOR_S.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .tasks.json_tasks import build_rows
 
 KINDS = ("good", "bad", "malformed", "fuzz")
 MAX_IDS = 32_768  # token ids stop at max_completion_length in training, however long the fuzz text is
+SLOW_FACTOR, SLOW_FLOOR_S = 10.0, 0.05
 
 MALFORMED = [
     "", " ", "\n\n", "<think>", "</think>", "<think></think>", "<think>\n</think>\n</think>", "\\boxed{", "\\boxed{}",
@@ -127,6 +130,7 @@ class HackResult:
     good: float | None  # mean score of the right answers on the same rows
     expected: catalog.Score | None  # what the catalog records for this (shipped) reward, else None
     gap: str | None  # why the recorded score differs from what the hack's kind asks for
+    seconds: tuple[float, float] | None = None  # a slow entry's: (it, a plain completion of its length), one call each
 
     @property
     def mean(self) -> float | None:
@@ -142,6 +146,10 @@ class HackResult:
         if self.hack.kind == "hack":
             return "PAYS" if self.bad is not None and mean > self.bad + 1e-9 else "ok"
         return "REFUSES" if self.good is not None and mean < self.good - 1e-9 else "ok"
+
+    @property
+    def slow(self) -> bool:
+        return self.seconds is not None and self.seconds[0] > max(SLOW_FACTOR * self.seconds[1], SLOW_FLOOR_S)
 
     @property
     def as_catalogued(self) -> bool | None:
@@ -214,16 +222,23 @@ class CheckReport:
                  "right answer"]
         quiet = 0
         for r in self.hacks:
-            if r.finding == "ok" and r.as_catalogued is not False:
+            if r.finding == "ok" and r.as_catalogued is not False and not r.slow:
                 quiet += 1
                 continue
             mean = "-" if r.mean is None else f"{r.mean:.2f}"
             note = f"  [the catalog records {r.expected} for {self.profile}]" if r.as_catalogued is False else ""
             known = f"  (known: {r.gap})" if r.gap else ""
-            lines.append(f"  {r.finding:<8} {mean:>5}  {r.hack.name}: {r.hack.what}{note}{known}")
+            if r.slow:
+                note += (f"  [{r.seconds[0] * 1e3:.0f} ms a completion, {r.seconds[1] * 1e3:.1f} ms for a plain one "
+                         "of the same length]")
+            finding = "SLOW" if r.slow and r.finding == "ok" else r.finding
+            lines.append(f"  {finding:<8} {mean:>5}  {r.hack.name}: {r.hack.what}{note}{known}")
         lines.append(f"  ok {quiet}: blocked hacks and accepted fair forms")
         paid = [r.hack.name for r in self.hacks if r.finding == "PAYS"]
         lines.append(f"pays for {len(paid)} hack(s){': ' + ', '.join(paid) if paid else ''}")
+        slow = [r.hack.name for r in self.hacks if r.slow]
+        if slow:
+            lines.append(f"slow on {len(slow)} shape(s): {', '.join(slow)}")
         return lines
 
 
@@ -365,7 +380,28 @@ def _run_hacks(rdef: RewardDef, rows: list[dict], params: dict, report: CheckRep
         report.hacks.append(HackResult(
             h, per_hack[h.name], statistics.fmean(known_bad) if known_bad else None,
             statistics.fmean(known_good) if known_good else None, expected,
-            catalog.gap(h, report.profile) if expected is not None else None))
+            catalog.gap(h, report.profile) if expected is not None else None,
+            _timed(call, h.make(rows[0], params), rows[0]) if h.slow else None))
+
+
+def _timed(call: _Call, text: str | None, row: dict) -> tuple[float, float] | None:
+    """(best of 3 seconds for `text`, best of 3 for a plain completion of its length), or None when it raised."""
+    if text is None:
+        return None
+    answer = " The answer is \\boxed{1}."
+    plain = ("Let me think. " * (len(text) // 14 + 1))[: max(0, len(text) - len(answer))] + answer
+    best = []
+    for t in (text, plain):
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            try:
+                call([t], row)
+            except Exception:  # noqa: BLE001 - already reported by the hack's own call
+                return None
+            times.append(time.perf_counter() - start)
+        best.append(min(times))
+    return best[0], best[1]
 
 
 def _think_wrapped(text: str) -> str:

@@ -2,8 +2,10 @@
 
 Extraction: the text after the last </think> (a completion with an unclosed <think> has no answer yet), then the
 LAST top-level {...} that parses as a JSON object. Last, because models draft and then correct themselves; a
-```json fence needs no special case, since the object inside it is found like any other. NaN and Infinity (not JSON,
-and they pass numeric bounds) and duplicate keys (two answers for one field) make an object unreadable.
+```json fence needs no special case, since the object inside it is found like any other. An object inside an array
+(`[{...}]`) is not top-level: an array is not the record asked for. NaN and Infinity (not JSON, and they pass numeric
+bounds), numbers beyond the float range (`1e999` would parse as Infinity) and duplicate keys (two answers for one
+field) make an object unreadable.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import functools
 import json
 import math
 import re
+import sys
 
 from grpo_recipes.registry import reward
 
 # A structured answer is short; scanning only the tail keeps 1 MB completions cheap (the scan is linear anyway).
 _MAX_CHARS = 64_000
 _MAX_CANDIDATES = 32
-_TOKENS = re.compile(r'[{}"\\]')
+_FLOAT_MAX = int(sys.float_info.max)
+_TOKENS = re.compile(r'[{}"\\]|\[(?=\s*[{\[])|\]')
 
 
 def _answer_region(text: str) -> str | None:
@@ -29,8 +33,12 @@ def _answer_region(text: str) -> str | None:
 
 
 def _object_spans(text: str) -> list[tuple[int, int]]:
-    """Spans of top-level balanced {...}, with braces inside JSON strings ignored. One linear pass."""
-    spans, depth, start, in_string, escaped_at = [], 0, 0, False, -1
+    """Spans of top-level balanced {...}, with braces inside JSON strings ignored. One linear pass.
+
+    Outside objects, a `[` that opens an array of objects or arrays (`[{`, `[[`) nests what it holds until its `]`,
+    and the array's span is a candidate too.
+    """
+    spans, depth, arrays, start, in_string, escaped_at = [], 0, 0, 0, False, -1
     for m in _TOKENS.finditer(text):
         ch, pos = m.group(), m.start()
         if in_string:
@@ -44,12 +52,20 @@ def _object_spans(text: str) -> list[tuple[int, int]]:
         if ch == '"' and depth > 0:
             in_string = True  # quotes in the prose around an object are not JSON
         elif ch == "{":
-            if depth == 0:
+            if depth == 0 and arrays == 0:
                 start = pos
             depth += 1
         elif ch == "}" and depth > 0:
             depth -= 1
-            if depth == 0:
+            if depth == 0 and arrays == 0:
+                spans.append((start, pos + 1))
+        elif depth == 0 and ch == "[":
+            if arrays == 0:
+                start = pos
+            arrays += 1
+        elif depth == 0 and ch == "]" and arrays > 0:
+            arrays -= 1
+            if arrays == 0:
                 spans.append((start, pos + 1))
     return spans
 
@@ -57,6 +73,20 @@ def _object_spans(text: str) -> list[tuple[int, int]]:
 def _reject_constant(name: str):
     # NaN passes a schema's "type": "number" and every bound (each comparison with NaN is false); JSON has no NaN.
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: Infinity spelled as a number passes "type": "number" and every minimum
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
+def _finite_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > _FLOAT_MAX:  # beyond any float: Infinity to most JSON readers, and no field's value
+        raise ValueError("an integer beyond the float range")
+    return value
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -74,11 +104,13 @@ def extract_json_object(text: str) -> dict | None:
     region = region[-_MAX_CHARS:]
     for start, end in reversed(_object_spans(region)[-_MAX_CANDIDATES:]):
         try:
-            value = json.loads(region[start:end], parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+            value = json.loads(region[start:end], parse_constant=_reject_constant, parse_float=_finite_float,
+                               parse_int=_finite_int, object_pairs_hook=_unique_keys)
         except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value
+        return None  # the last JSON value is an array: no record, and drafts before it are not the answer
     return None
 
 

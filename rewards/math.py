@@ -151,7 +151,7 @@ def _final_answer(text: str, require_boxed: bool, join_boxes: bool) -> tuple[str
             return ", ".join(group), "box"
         if one is None:
             return None, "hedge" if group else "none"
-        return (one, "box") if one.strip() else (None, "none")
+        return (None, "none") if answers.is_blank(one) else (one, "box")
     anchored = answers.anchored_answer(region)
     if anchored is not None:
         return anchored, "anchor"
@@ -163,6 +163,10 @@ def _expression_equal(answer: str, gold: str, gold_literal, words: bool, timeout
     pred_literal = answers.parse_literal(answer, words=words)
     if pred_literal is not None and gold_literal is not None:
         return ("1" if answers.literal_equal(pred_literal, gold_literal) else "0"), False
+    if answers.negated(answer):  # \boxed{3 \text{ is wrong}}: math-verify would read the 3
+        return "0", False
+    # Plain forms as the literal path reads them (1³ is 1^{3}, not 13); a run of 800 spaces costs math-verify 0.6 s.
+    answer = answers.squash_spaces(answers.normalize_text(answer))
     if len(answer) > _MAX_EXPRESSION:
         return "T", False
     answer = answers.unwrap(answers.strip_percent(answer))
@@ -219,11 +223,11 @@ def _check_params(answer_form: str, timeout_s: float) -> None:
 
 
 def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, skip=None,
-               check_working=False) -> list[float | None]:
+               check_working=False, check_equations=False) -> list[float | None]:
     _check_params(answer_form, timeout_s)
     scores: list[float | None] = []
     hows: list[str] = []
-    disagreed = 0
+    disagreed = refuted = 0
     for i, (text, gold) in enumerate(zip(texts, golds, strict=True)):
         if skip is not None and skip[i]:
             scores.append(0.0)
@@ -231,6 +235,8 @@ def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, 
         score, how = _judge(text, str(gold), answer_form, require_boxed, float(timeout_s))
         if check_working and score == 1.0 and answers.working_disagrees(text, str(gold)):
             score, disagreed = 0.0, disagreed + 1
+        if check_equations and score == 1.0 and answers.false_equation(text):
+            score, refuted = 0.0, refuted + 1
         scores.append(score)
         hows.append(how)
     n = max(len(texts), 1)
@@ -239,6 +245,8 @@ def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, 
         log_metric(metric, sum(h in kinds for h in hows) / n)
     if check_working:
         log_metric("working_disagrees", disagreed / n)
+    if check_equations:
+        log_metric("false_equation", refuted / n)
     return scores
 
 
@@ -252,6 +260,7 @@ def math_correctness(
     require_boxed: bool = True,
     timeout_s: Annotated[float, Range(gt=0)] = 3,
     check_working: bool = False,
+    check_equations: bool = False,
 ) -> list[float | None]:
     """1.0 when the final answer (last box after </think>, else after "answer is") equals the gold, else 0.0; None when the gold cannot be read.
 
@@ -271,9 +280,14 @@ def math_correctness(
     another number (`-7 - 8 = 15. \\boxed{-15}`: the sign put in the box, not in the sum). For tasks whose working is
     one chain of equations ending in the answer (arithmetic); a completion with no `=`, or whose last `=` is not
     followed by a number, is judged on its answer alone, and so is a gold that is not a number literal; working
-    written after the final box is not read."""
+    written after the final box is not read.
+
+    check_equations=True also scores a right answer 0 when any equation after </think> is false where its sides are
+    plain arithmetic or numbers (`7 + 1 = 7. So 7 = 7. \\boxed{7}`, `7 + 1 = \\boxed{7}`); sides that are not (`x`,
+    `2 times 3`, LaTeX) are not judged. With check_working, the default of the arithmetic task (tasks/arithmetic.py):
+    together they pay only for working that holds and ends on the answer."""
     return _score_all(completions, answer, answer_form, require_boxed, timeout_s, log_metric,
-                      check_working=check_working)
+                      check_working=check_working, check_equations=check_equations)
 
 
 def _split_think(text: str, template_opens_think: bool) -> tuple[str, str, str] | None:
@@ -354,7 +368,9 @@ def think_format_if_correct(
 
 @reward("boxed_format", role="format")
 def boxed_format(completions: list[str], *, numeric: bool = False) -> list[float]:
-    """1.0 when the final answer (after </think>) is one non-empty \\boxed{...}: not two differing boxes side by side, not a box left open.
+    """1.0 when the final answer (after </think>) is one \\boxed{...} that shows something: not two differing boxes side by side, not a box left open.
+
+    A box that shows nothing is empty: \\boxed{{}}, \\boxed{\\text{}}, \\boxed{\\phantom{0}}, a zero-width space.
 
     numeric=True also asks that the box hold a number literal (as math_correctness's answer_form "literal" reads it:
     -15, 3/4, \\frac{1}{2}, x = 4), so that \\boxed{B} or a box around words earns nothing. For tasks whose every
@@ -365,6 +381,6 @@ def boxed_format(completions: list[str], *, numeric: bool = False) -> list[float
         region = answers.answer_region(text)
         group = answers.final_box_group(region) if region is not None else None
         one = answers.single_answer(group) if group else None
-        ok = one is not None and one.strip() and (not numeric or answers.parse_literal(one) is not None)
+        ok = one is not None and not answers.is_blank(one) and (not numeric or answers.parse_literal(one) is not None)
         scores.append(1.0 if ok else 0.0)
     return scores

@@ -7,7 +7,9 @@ which an sft stage trains on. With `gold_check_tool`, a row whose gold the tool 
 
 Rewards: `math_correctness` with `answer_form: literal`, the strict verifier (the question is an expression, so only
 the number itself may count: with "expression", \\boxed{( -9 - 8 )}, the question copied into the box, scores 1.0 on
-every question; docs/rewards.md), and 0.2 x `boxed_format`.
+every question; docs/rewards.md), reading the working too (`check_working`, `check_equations`: every equation must
+hold and the last must end on the answer, so `7 + 1 = 7. \\boxed{7}` scores 0), and 0.2 x `boxed_format` with
+`numeric` (a number literal in the box, not `\\boxed{B}` or an empty box).
 """
 
 import json
@@ -21,8 +23,9 @@ class Arithmetic(Task):
     defaults = {
         "dataset_source": "reasoning_gym",
         "gym_task": "basic_arithmetic",
-        "rewards": [{"name": "math_correctness", "weight": 1.0, "params": {"answer_form": "literal"}},
-                    {"name": "boxed_format", "weight": 0.2}],
+        "rewards": [{"name": "math_correctness", "weight": 1.0,
+                     "params": {"answer_form": "literal", "check_working": True, "check_equations": True}},
+                    {"name": "boxed_format", "weight": 0.2, "params": {"numeric": True}}],
         "correctness_reward": "math_correctness",
     }
     reads = ("gold_check_tool",)

@@ -103,3 +103,133 @@ def test_single_answer():
     assert answers.single_answer(("3", "\uff13")) == "\uff13"
     assert answers.single_answer(("3", "5")) is None
     assert answers.single_answer(()) is None
+
+
+# ---- issue 34: what a person would not read as the answer
+
+@pytest.mark.parametrize("text, expected", [
+    ("\\boxed{3} or \\boxed 5", ("3", "\\boxed 5")),                 # LaTeX boxes one token without braces
+    ("\\boxed{3} or \\framebox{5}", ("3", "\\framebox{5}")),
+    ("\\boxed{3} or 5.", ("3", "5")),
+    ("$\\boxed{3}$ and $5$", ("3", "5")),
+    ("\\boxed{3}, 5", ("3", "5")),                                  # a list
+    ("\\boxed{3} \\text{ or maybe } -5", ("3", "-5")),
+    ("\\boxed{3}. Check: 3 + 4 = 7.", ("3",)),                       # other words: not a second answer
+    ("\\boxed{3}\n\n2. Next question", ("3",)),
+    ("$\\boxed{3} + 1$", ("3",)),                                    # math around the box, no connector
+    ("\\boxed{3}. Hope this helps!", ("3",)),
+])
+def test_a_value_joined_after_the_final_box_joins_its_group(text, expected):
+    assert answers.final_box_group(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "The final answer is $3$ or $5$.", "The final answer is \\(3\\) or \\(5\\).", "The final answer is $3$, $5$.",
+    "The answer is 3. Or 5.", "The answer is $3$ or maybe \\frac{1}{2}",
+])
+def test_an_anchored_hedge_is_no_answer(text):
+    assert answers.anchored_answer(text) is None
+
+
+def test_anchored_answers_with_words_after_them_are_kept():
+    assert answers.anchored_answer("The answer is $3$ apples.") == "$3$"
+    assert answers.anchored_answer("The answer is $3$, which is odd.") == "$3$"
+
+
+@pytest.mark.parametrize("text", ["never 7", "no 7", "not 7", "7 \\text{ is wrong}", "7 \\text{ is incorrect}",
+                                  "7 is false", "7 \\text{ isn't it}"])
+def test_a_negated_number_is_no_answer(text):
+    assert answers.parse_literal(text, words=True) is None, text
+
+
+def test_negated_finds_negation_words_outside_latex_commands():
+    assert answers.negated("7 \\text{ is wrong}") and answers.negated("not 7")
+    assert not answers.negated("x \\neq 7") and not answers.negated("7 \\text{ apples}")
+
+
+@pytest.mark.parametrize("text, normal", [("1³", "1^{3}"), ("2²³", "2^{23}"), ("x₁", "x_{1}"), ("１³", "1^{3}"),
+                                          ("\uff13", "3")])
+def test_superscripts_and_subscripts_are_exponents_and_indices(text, normal):
+    assert answers.normalize_text(text) == normal
+    assert answers.parse_literal("1³") is None and answers.parse_literal("1₃") is None
+
+
+@pytest.mark.parametrize("content, blank", [
+    ("", True), (" ", True), ("{}", True), ("{ {} }", True), ("\\text{}", True), ("\\text{ }", True), ("\u200b", True),
+    ("\\phantom{0}", True), ("\\phantom{\\frac{1}{2}}", True), ("\\quad", True), ("$ $", True), ("\\hspace{1cm}", True),
+    ("\u2800", True), ("B", False), ("7", False), ("\\phantom{0}7", False), ("\\frac{1}{2}", False),
+    ("\\text{apples}", False), ("x", False),
+])
+def test_is_blank(content, blank):
+    assert answers.is_blank(content) is blank
+
+
+@pytest.mark.parametrize("text, false", [
+    ("7 + 1 = 7. \\boxed{7}", True),
+    ("7 + 1 = 7. So 7 = 7. \\boxed{7}", True),                       # an earlier clause counts too
+    ("So 3 + 4 = 8, no: 3 + 4 = 7. \\boxed{7}", True),                # so does a corrected one
+    ("7 + 1 = \\boxed{7}", True),                                    # a box as the last side
+    ("\\[ 7 + 1 = 9 \\]", True), ("7 + 1 = 7ne", True), ("3 × 4 = 13", True),
+    ("-7 + 4 = -3. \\boxed{-3}", False), ("-(5 + 2) = -(7) = -7. \\boxed{-7}", False),
+    ("1 + 1 = 2. \\boxed{7}", False),                                # true: check_working's case, not this one
+    ("10 / 3 = 3.33", False), ("1.5 + 2.5 = 4.0", False), ("2/4 = 1/2", False), ("1,000 = 999 + 1", False),
+    ("$7 + 1 = 8$", False), ("-4 + -3 = -seven", False), ("90 + 15 = one hundred and five", False),
+    ("x = 7", False), ("2 times 3 = 7", False), ("0.5 = 50%", False), ("9^9^9^9 = 5", False),   # not judged
+    ("<think>7 + 1 = 7</think> \\boxed{7}", False),                  # only the text after </think>
+])
+def test_false_equation(text, false):
+    assert answers.false_equation(text) is false, text
+
+
+# ---- issue 34, item 6: the work per completion is bounded, counted rather than timed
+
+PADDED_BOXES = " ".join(f"\\boxed{{{i}{' ' * 790}x}}" for i in range(24))   # ~2 s over two rewards before
+PADDED_SIGN = "\\boxed{-" + " " * 790 + "7x}"                               # 13 s in one number pattern before
+
+
+class _Recorder:
+    """A compiled pattern that records the text it is run on: (start, end, the text from start)."""
+
+    def __init__(self, pattern, seen: list):
+        self.pattern, self.seen = pattern, seen
+
+    def search(self, text, pos=0, *rest):
+        self.seen.append(text[pos:])
+        return self.pattern.search(text, pos, *rest)
+
+    def fullmatch(self, text, *rest):
+        self.seen.append(text)
+        return self.pattern.fullmatch(text, *rest)
+
+
+@pytest.mark.parametrize("text", [PADDED_BOXES, PADDED_SIGN], ids=["24 padded boxes", "padded sign"])
+def test_number_patterns_see_no_run_of_spaces_and_only_a_short_tail(monkeypatch, text):
+    from grpo_recipes.registry import available
+
+    seen = {name: [] for name in ("_NUMBER", "_UNIT", "_PERCENT")}
+    for name, log in seen.items():
+        monkeypatch.setattr(answers, name, _Recorder(getattr(answers, name), log))
+    parses = []
+    parse = answers.parse_literal
+    monkeypatch.setattr(answers, "parse_literal", lambda *a, **k: parses.append(a[0]) or parse(*a, **k))
+    rewards = available()
+    assert rewards["math_correctness"].func([text], ["7"], lambda *a: None, check_working=True,
+                                            check_equations=True) == [0.0]
+    assert rewards["boxed_format"].func([text], numeric=True) == [0.0]
+    # Before: every box parsed, each pattern run over ~800 characters with a run of 790 spaces in them.
+    assert len(parses) <= 6, len(parses)
+    assert all(len(t) <= answers._TAIL for t in seen["_UNIT"] + seen["_PERCENT"])
+    assert seen["_NUMBER"] and not any("  " in t for t in seen["_NUMBER"])
+
+
+def test_the_recorder_sees_what_a_long_text_would_cost(monkeypatch):
+    """The test above can fail: an unbounded search is recorded at its full length."""
+    seen = []
+    monkeypatch.setattr(answers, "_UNIT", _Recorder(answers._UNIT, seen))
+    answers._UNIT.search(PADDED_SIGN)
+    assert len(seen[0]) > answers._TAIL
+
+
+def test_the_same_value_twice_is_one_answer():
+    assert answers.single_answer(answers.final_box_group("$\\boxed{3}$ and $3$")) == "3"
+    assert answers.single_answer(answers.final_box_group("\\boxed{3} or \\(3.0\\)")) == "3.0"

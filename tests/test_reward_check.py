@@ -164,6 +164,7 @@ def test_check_with_a_recipe_config(tmp_path, capsys):
 
 NAIVE = textwrap.dedent('''
     import re
+    import time
     from grpo_recipes.registry import reward
 
     @reward("naive_contains")
@@ -175,6 +176,13 @@ NAIVE = textwrap.dedent('''
     def naive_layout(completions):
         """1.0 when the text has the expected layout."""
         return [1.0 if "\\boxed{" in text or "</think>" in text else 0.0 for text in completions]
+
+    @reward("slow_on_spaces")
+    def slow_on_spaces(completions, answer):
+        """Costs time in proportion to the longest run of spaces, as a backtracking pattern does."""
+        for text in completions:
+            time.sleep(0.0002 * max(map(len, re.findall(" +", text)), default=0))
+        return [0.0 for _ in completions]
 
     @reward("raises_on_hedge")
     def raises_on_hedge(completions, answer):
@@ -211,6 +219,14 @@ def test_check_runs_both_format_families_on_an_unspecific_format_reward(naive_di
     assert "hack catalog (boxed, think)" in out and re.search(r"PAYS\s+1\.00\s+empty_reasoning:", out)
 
 
+def test_check_reports_a_shape_that_costs_time(naive_dir, capsys):
+    # Issue 34, item 6: ~800 spaces in each of 24 boxes, each a run a backtracking pattern retries from every space.
+    assert main(["rewards", "check", "slow_on_spaces", "--reward-dir", str(naive_dir), "--rows", "1", "--no-fuzz"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"SLOW\s+0\.00\s+padded_boxes: .*\[\d+ ms a completion, \d+\.\d ms for a plain one", out), out
+    assert "slow on 2 shape(s): padded_boxes, padded_sign_box" in out
+
+
 def test_a_hack_that_makes_a_reward_raise_breaks_the_contract(naive_dir, capsys):
     assert main(["rewards", "check", "raises_on_hedge", "--reward-dir", str(naive_dir), "--rows", "1",
                  "--no-fuzz"]) == 1
@@ -221,12 +237,16 @@ def test_a_hack_that_makes_a_reward_raise_breaks_the_contract(naive_dir, capsys)
 def test_shipped_reward_check_compares_with_the_catalog(capsys):
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz"]) == 0
     out = capsys.readouterr().out
-    # The working is not read without check_working: its three catalogued hacks are paid, each with its reason.
-    assert ("pays for 3 hack(s): working_contradicts_answer, working_in_words, false_working" in out
-            and "REFUSES" in out and "(known: " in out)
+    # The working is not read without check_working: its five catalogued hacks are paid, each with its reason.
+    assert ("pays for 5 hack(s): working_contradicts_answer, working_in_words, false_working, unrelated_working, "
+            "false_equation_then_true" in out and "REFUSES" in out and "(known: " in out)
     assert re.search(r"PAYS\s+1\.00\s+working_contradicts_answer:.*\(known: the working before", out)
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
                  '{"check_working": true}']) == 0
+    assert "pays for 1 hack(s): false_equation_then_true" in capsys.readouterr().out  # only the last chain is read
+    # The arithmetic task's default (tasks/arithmetic.py) reads every equation too: it pays for none.
+    assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
+                 '{"check_working": true, "check_equations": true}']) == 0
     assert "pays for 0 hack" in capsys.readouterr().out
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
                  '{"answer_form": "expression"}']) == 0

@@ -39,6 +39,12 @@ def run(name: str, completions: list[str], column: list) -> tuple[list, dict]:
     ("[1, 2]", None),
     ("no json here", None),
     ("{" * 5000 + "}" * 5000, None),                                                # too deep for json: no object
+    ('{"a": 1e999}', None), ('{"a": -1e999}', None),                                # Infinity spelled as a number
+    ('{"a": 1' + "0" * 400 + "}", None),                                            # beyond any float
+    ('{"a": 1.5e3, "b": 12}', {"a": 1500.0, "b": 12}),
+    ('[{"a": 1}]', None), ('```json\n[\n  {"a": 1}\n]\n```', None),                # an array is not the record
+    ('{"a": 1}\nor rather [{"a": 2}]', None),                                        # ...and it is the last value
+    ('[[{"a": 1}]] then {"b": 2}', {"b": 2}), ('see [1] and {"a": 1}', {"a": 1}),
 ])
 def test_extract_json_object(text, expected):
     assert JSON.extract_json_object(text) == expected
@@ -92,6 +98,16 @@ def test_field_accuracy_gives_none_for_unusable_gold():
     out, metrics = run("json_field_accuracy", ['{"a": 1}'] * 4, ["not json", "[]", "{}", '{"a": 1}'])
     assert out == [None, None, None, 1.0]
     assert metrics["gold_unusable"] == pytest.approx(3 / 4)
+
+
+def test_gold_in_an_array_and_infinite_numbers_earn_nothing():
+    rows = build_rows(8, seed=3)
+    wrapped = [json.dumps([json.loads(r["gold"])]) for r in rows]
+    assert run("json_schema", wrapped, [r["schema"] for r in rows])[0] == [0.0] * 8
+    assert run("json_field_accuracy", wrapped, [r["gold"] for r in rows])[0] == [0.0] * 8
+    infinite = ['{"name": "Ada", "age": 1e999, "email": "ada@example.org"}']
+    assert run("json_schema", infinite, [SCHEMA])[0] == [0.0]
+    assert run("json_field_accuracy", ['{"age": 1' + "0" * 400 + "}"], ['{"age": 36}'])[0] == [0.0]  # raised before
 
 
 def test_dataset_gold_scores_full_marks_on_both_rewards():

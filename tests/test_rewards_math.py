@@ -115,6 +115,11 @@ def why_differs(text: str, gold: str) -> str | None:
         return "several boxes: the final one is the answer (math-verify merges them)"
     if group is None:
         return "no box: the answer after 'answer is'/'answer:' counts (math-verify, boxes only, reads LaTeX there)"
+    start = region.rfind("\\boxed")
+    brace = region.find("{", start) if start >= 0 else -1
+    close = answers._closing(region, brace) if brace >= 0 else -1
+    if close >= 0 and re.match(r"[\s$]*(?:or|and)\b[^\\\d]*(?:\d|\\\(|\\frac)", region[close + 1 :]):
+        return "a value joined to the final box by a connector, outside any box, is a hedge (math-verify reads the box)"
     if "%" in text + gold or "percent" in text:
         return "percent signs are dropped on both sides (math-verify scales by 1/100)"
     answer = final_answer(text)
@@ -367,6 +372,27 @@ def test_check_working_metric_and_symbolic_golds():
     assert correctness(["x = 2. \\boxed{\\sqrt{2}}"], ["\\sqrt{2}"], "expression", check_working=True) == [1.0]
 
 
+@pytest.mark.parametrize("form", ["literal", "expression"])
+def test_issue34_hedges_outside_a_box_negations_and_superscripts_score_zero(form):
+    texts = ["The final answer is $7$ or $8$.", "The final answer is \\(7\\) or \\(8\\).", "The answer is $7$, $8$.",
+             "\\boxed{7} or \\boxed 8", "\\boxed{7} or \\framebox{8}", "\\boxed{7} or 8.", "The answer is never 7.",
+             "The answer is no 7.", "\\boxed{7 \\text{ is wrong}}"]
+    assert correctness(texts, ["7"] * len(texts), form) == [0.0] * len(texts)
+    assert correctness(["\\boxed{1³}", "\\boxed{1³}", "\\boxed{13}"], ["13", "1", "13"], form) == [
+        0.0, 1.0 if form == "expression" else 0.0, 1.0]  # 1³ is 1: expression mode evaluates it
+
+
+def test_check_equations_refuses_a_right_answer_after_any_false_equation():
+    texts = ["7 + 1 = 7. So 7 = 7. \\boxed{7}", "7 + 1 = 8. So 8 - 1 = 7. \\boxed{7}", "\\boxed{7}", "\\boxed{8}"]
+    metrics = {}
+    out = score("math_correctness", texts, answer=["7"] * 4, log_metric=metrics.__setitem__, check_equations=True)
+    assert out == [0.0, 1.0, 1.0, 0.0] and metrics["false_equation"] == 0.25
+    assert correctness(texts[:1], ["7"], check_working=True) == [1.0]  # check_working reads only the last chain
+    metrics.clear()
+    score("math_correctness", texts, answer=["7"] * 4, log_metric=metrics.__setitem__)
+    assert "false_equation" not in metrics  # off by default
+
+
 def test_expression_form_survives_text_no_codec_likes():
     texts = ["\\boxed{\ud800}", "\\boxed{\x00 1 + 2}", "\\boxed{\\frac{\ud83d\ude42}{2}}",
              "\\boxed{" + "\u4e2d" * 900 + "}",
@@ -425,6 +451,15 @@ def test_boxed_format():
              "<think>\\boxed{4}</think> x", "\\boxed{\\frac{1}{2}}", "\\boxed{3}. Wait, no: \\boxed{4}",
              "\\boxed{4} \\boxed{4}"]
     assert score("boxed_format", texts) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("numeric", [False, True])
+def test_boxed_format_pays_nothing_for_a_box_that_shows_nothing(numeric):
+    # Issue 34, item 2: these earned the format credit with numeric off.
+    texts = ["\\boxed{{}}", "\\boxed{\\text{}}", "\\boxed{\u200b}", "\\boxed{\\phantom{0}}", "\\boxed{\\quad}",
+             "\\boxed{7} or \\boxed 8", "\\boxed{7} or \\framebox{8}"]
+    assert score("boxed_format", texts, numeric=numeric) == [0.0] * len(texts)
+    assert correctness(["\\boxed{\\phantom{0}}"], ["0"]) == [0.0]
 
 
 def test_boxed_format_numeric_pays_only_for_a_number():
