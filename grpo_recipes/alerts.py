@@ -48,6 +48,7 @@ class AlertConfig:
     clip_spike_factor: float = _recipe_field("clip_spike_factor")
     tools_abandoned_frac: float = _recipe_field("tools_abandoned_frac")
     tool_result_used_min: float = _recipe_field("tool_result_used_min")
+    teacher_acceptance: float = _recipe_field("teacher_acceptance")
 
     @classmethod
     def from_recipe(cls, recipe) -> AlertConfig:
@@ -347,6 +348,30 @@ class BatchNotFilled(Detector):
         if left is None:
             return MISSING
         return f"{left:g} groups a step left with equal rewards after the refill rounds" if left > 0 else None
+
+
+class TeacherAcceptance(Detector):
+    name, title = "teacher_acceptance", "The teacher fails its own verifier"
+    advice = "Few verified traces, from the prompts the teacher already solves: a stronger teacher, more " \
+             "teacher_samples, a longer teacher_max_new_tokens (samples cut short fail), a prompt the teacher was " \
+             "trained with, or mode: logits."
+
+    def __init__(self, cfg, patience=1):  # logged once, when the stage's traces are all sampled
+        super().__init__(cfg, patience)
+
+    def observe(self, metrics):
+        rate = _value(metrics, "distill/acceptance_rate")
+        if rate is None:
+            return MISSING
+        if rate < self.cfg.teacher_acceptance:
+            return f"the verifier kept {rate:.0%} of the teacher's samples (alert below " \
+                   f"{self.cfg.teacher_acceptance:.0%})"
+        return None
+
+
+def distill_detectors(cfg: AlertConfig) -> list[Detector]:
+    """The detectors of a distill stage in mode traces (they watch the distill/* metrics it logs)."""
+    return [TeacherAcceptance(cfg)]
 
 
 def sampling_detectors(cfg: AlertConfig) -> list[Detector]:

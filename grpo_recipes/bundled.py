@@ -44,6 +44,7 @@ def recipe_config(recipe: str) -> Path:
 
 def recipe_names() -> list[str]:
     """The GRPO recipes that have a default CPU config (`<name>_cpu.yaml`), e.g. ["agent", "code", "json", "math"].
-    The SFT warm-up's configs (sft_*_cpu.yaml, for recipes/sft_warmup.py) are not GRPO recipes and are left out."""
+    The SFT warm-up's configs (sft_*_cpu.yaml, for recipes/sft_warmup.py) and the distill configs (distill_*_cpu.yaml,
+    for recipes/train.py) are not recipes of their own and are left out."""
     names = (p.name.removesuffix("_cpu.yaml") for p in (recipes_dir() / "configs").glob("*_cpu.yaml"))
-    return sorted(n for n in names if not n.startswith("sft_"))
+    return sorted(n for n in names if not n.startswith(("sft_", "distill_")))

@@ -1,11 +1,12 @@
 """Recipe configuration dataclasses: RecipeArguments (what a recipe trains on, in which stages, and how it is
-scored) and SFTStageConfig (TRL's SFTConfig plus what an `sft` stage trains on). Dataclasses only: reading YAML and
-flags into them is parsing.py's job, checking their values together is checks.py's, building each stage's config
-is stages.py's.
+scored), SFTStageConfig (TRL's SFTConfig plus what an `sft` stage trains on) and the `distill` stage's configs
+(DistillTracesConfig, DistillLogitsConfig: TRL's SFTConfig or DistillationConfig, plus DistillSettings). Dataclasses
+only: reading YAML and flags into them is parsing.py's job, checking their values together is checks.py's, building
+each stage's config is stages.py's.
 
 A recipe's YAML is flat, as in TRL: every key is a field of RecipeArguments, of the last stage's training config
-(GRPOConfig, or SFTStageConfig for a run whose last stage is `sft`) or of ModelConfig. `rewards:` is a list of
-{name, weight, params}; `stages:` a list of {name, ...settings of that stage's trainer}.
+(GRPOConfig, SFTStageConfig for a run whose last stage is `sft`, a distill config by its `mode`) or of ModelConfig.
+`rewards:` is a list of {name, weight, params}; `stages:` a list of {name, ...settings of that stage's trainer}.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trl import SFTConfig
+from trl import DistillationConfig, SFTConfig
 
 from .registry import RewardSpec
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SFT_FORMATS = ("demonstration", "boxed", "think_boxed", "tool_trajectory")
-STAGE_NAMES = ("sft", "grpo")
+STAGE_NAMES = ("sft", "distill", "grpo")
+DISTILL_MODES = ("traces", "logits")
 
 
 @dataclass
@@ -114,8 +116,9 @@ class RecipeArguments:
     stages: list | str | None = field(
         default=None,
         metadata={"help": "The run's stages, in order, each by TRL's own trainer: a list of {name, ...} with name "
-                          "`sft` (SFTTrainer on demonstration_field, sft_traces_path or sft_format targets) or "
-                          "`grpo`. The flat keys configure the last stage; an earlier stage takes the flat training "
+                          "`sft` (SFTTrainer on demonstration_field, sft_traces_path or sft_format targets), "
+                          "`distill` (a teacher's verified traces or its logits: docs/distillation.md) or `grpo`. "
+                          "The flat keys configure the last stage; an earlier stage takes the flat training "
                           "settings its config shares (seed, logging, saving, precision; not the learning rate, "
                           "schedule, batch size or steps) and its entry sets the rest, e.g. "
                           "[{name: sft, max_steps: 24, learning_rate: 3e-5}, {name: grpo}]. Unset: [{name: grpo}]."},
@@ -322,6 +325,10 @@ class RecipeArguments:
         default=0.3, metadata={"help": "Alerts: tool results ignored when a fifth or more of episodes call a tool but fewer "
                                        "than this share of those answer with a tool's result."}
     )
+    alert_teacher_acceptance: float = field(
+        default=0.2, metadata={"help": "Alerts: a distill stage's teacher is too weak for its traces when the verifier "
+                                       "keeps less than this share of its samples (distill/acceptance_rate)."}
+    )
 
     def __post_init__(self) -> None:
         self.gym_params = _json_field("gym_params", self.gym_params, dict) or {}
@@ -381,3 +388,77 @@ class SFTStageConfig(SFTConfig):
         metadata={"help": "JSONL of distilled traces ({question, completion} per line) to train on instead of "
                           "the rows' targets; held-out questions are dropped."},
     )
+
+
+_MODE_HELP = ("`traces`: the teacher samples completions of the training prompts, the run's verifier "
+              "(correctness_reward at correctness_threshold) keeps the correct ones, and the student is fine-tuned on "
+              "them by TRL's SFTTrainer. `logits`: TRL's DistillationTrainer, the student matching the teacher's "
+              "next-token distribution on its own samples; the teacher must share the student's vocabulary.")
+
+
+@dataclass
+class DistillSettings:
+    """What a `distill` stage adds to its mode's TRL config, in both modes (grpo_recipes/distill.py,
+    docs/distillation.md)."""
+
+    mode: str = field(
+        default="traces",
+        metadata={"help": _MODE_HELP},
+    )
+    teacher: str | None = field(
+        default=None,
+        metadata={"help": "The teacher: a model folder (relative to where you run, like output_dir), a Hub id, or "
+                          "an earlier stage's output, `stage:N` (N its 0-based place in `stages`) or `stage:NAME`."},
+    )
+
+
+@dataclass
+class DistillTracesConfig(DistillSettings, SFTConfig):
+    """A `distill` stage in mode traces: TRL's SFTConfig (the student's supervised steps on the kept traces) plus how
+    the teacher samples them."""
+
+    teacher_samples: int = field(default=4, metadata={"help": "Completions the teacher samples per training prompt."})
+    teacher_prompts: int | None = field(
+        default=None,
+        metadata={"help": "At most this many training prompts (the first in the training order) are sampled; unset: "
+                          "all of them."},
+    )
+    teacher_temperature: float = field(
+        default=0.7, metadata={"help": "The teacher's sampling temperature (open-r1 sampled DeepSeek-R1 at 0.6)."}
+    )
+    teacher_top_p: float = field(default=1.0, metadata={"help": "The teacher's top-p."})
+    teacher_max_new_tokens: int = field(
+        default=256, metadata={"help": "Length limit of each teacher sample, in tokens; a sample cut there is kept "
+                                       "only when the verifier accepts it as it is."}
+    )
+    teacher_batch_size: int = field(
+        default=16, metadata={"help": "Prompts per teacher generate call, in each process (x teacher_samples "
+                                      "sequences); also how often the traces are written."}
+    )
+    use_vllm: bool = field(
+        default=False,
+        metadata={"help": "Sample the teacher through an OpenAI-compatible vLLM server that already serves it (e.g. "
+                          "`vllm serve TEACHER`), at vllm_server_base_url or vllm_server_host:vllm_server_port, "
+                          "instead of transformers generate in each process. Not with a `stage:` teacher."},
+    )
+    vllm_server_base_url: str | None = field(
+        default=None, metadata={"help": "With use_vllm: the teacher server's URL (wins over host and port)."}
+    )
+    vllm_server_host: str = field(default="0.0.0.0", metadata={"help": "With use_vllm: the teacher server's host."})
+    vllm_server_port: int = field(default=8000, metadata={"help": "With use_vllm: the teacher server's port."})
+    vllm_server_timeout: float = field(
+        default=240.0, metadata={"help": "With use_vllm: seconds to wait at start-up for the teacher server."}
+    )
+    nll_traces: int = field(
+        default=64, metadata={"help": "Kept traces on which the student's mean token NLL is measured at the stage's "
+                                      "start and end (distill/student_nll); 0: not measured."}
+    )
+
+
+@dataclass
+class DistillLogitsConfig(DistillSettings, DistillationConfig):
+    """A `distill` stage in mode logits: TRL's DistillationConfig (on-policy generalized JSD, `beta`; the student's
+    samples: max_completion_length, temperature, use_vllm) plus the teacher. TRL's own
+    teacher_model_name_or_path is replaced by `teacher`."""
+
+    mode: str = field(default="logits", metadata={"help": _MODE_HELP})

@@ -116,7 +116,7 @@ def generation_config(settings: EvalSettings, sample: bool, pad_id: int, eos_ids
                             top_k=settings.top_k, min_p=settings.min_p, **common)
 
 
-def _cut_at_eos(sequences: list[list[int]], eos_ids: list[int]) -> list[list[int]]:
+def cut_at_eos(sequences: list[list[int]], eos_ids: list[int]) -> list[list[int]]:
     eos = set(eos_ids)
     return [seq[: next((i + 1 for i, t in enumerate(seq) if t in eos), len(seq))] for seq in sequences]
 
@@ -148,10 +148,10 @@ def generate_greedy_and_sampled(model, prompt_ids: list[list[int]], greedy: Gene
     # With a cache that covers all but the last prompt token, generate() runs only that token before decoding.
     g = model.generate(input_ids=ids, attention_mask=mask, cache=greedy_cache, generation_config=greedy)
     if k == 0:
-        return _cut_at_eos(g[:, width:].tolist(), eos_ids), []
+        return cut_at_eos(g[:, width:].tolist(), eos_ids), []
     s = model.generate(input_ids=ids.repeat_interleave(k, dim=0), attention_mask=mask.repeat_interleave(k, dim=0),
                        cache=cache, generation_config=sampled)
-    return _cut_at_eos(g[:, width:].tolist(), eos_ids), _cut_at_eos(s[:, width:].tolist(), eos_ids)
+    return cut_at_eos(g[:, width:].tolist(), eos_ids), cut_at_eos(s[:, width:].tolist(), eos_ids)
 
 
 def score(func, rows: list[dict], completion_ids: list[list[int]], texts: list[str], per_row: int,
@@ -212,15 +212,20 @@ def evaluate_rows(model, tokenizer, rows: list[dict], correctness, fmt, settings
         batch = rows[start : start + settings.batch_size]
         ids = prompt_token_ids(tokenizer, [r["prompt"] for r in batch], settings, chat_template)
         greedy, sampled = generate_greedy_and_sampled(model, ids, greedy_cfg, sample_cfg, settings.k, eos_ids)
-        g_text = tokenizer.batch_decode(greedy, skip_special_tokens=True)
-        s_text = tokenizer.batch_decode(sampled, skip_special_tokens=True)
-        g_correct = score(correctness, batch, greedy, g_text, 1, trainer_state)
-        g_format = score(fmt, batch, greedy, g_text, 1, trainer_state)
-        s_correct = score(correctness, batch, sampled, s_text, settings.k, trainer_state) if settings.k else []
-        for i in range(len(batch)):
-            records.append({"greedy": g_correct[i], "format": g_format[i], "length": len(greedy[i]),
-                            "samples": s_correct[i * settings.k : (i + 1) * settings.k], "completion": g_text[i]})
+        records += scored_records(tokenizer, batch, greedy, sampled, correctness, fmt, settings.k, trainer_state)
     return records
+
+
+def scored_records(tokenizer, batch: list[dict], greedy: list[list[int]], sampled: list[list[int]], correctness, fmt,
+                   k: int, trainer_state=None) -> list[dict]:
+    """A batch's greedy and k sampled completions (token ids; any generator's) -> evaluate_rows' per-row records."""
+    g_text = tokenizer.batch_decode(greedy, skip_special_tokens=True)
+    s_text = tokenizer.batch_decode(sampled, skip_special_tokens=True)
+    g_correct = score(correctness, batch, greedy, g_text, 1, trainer_state)
+    g_format = score(fmt, batch, greedy, g_text, 1, trainer_state)
+    s_correct = score(correctness, batch, sampled, s_text, k, trainer_state) if k else []
+    return [{"greedy": g_correct[i], "format": g_format[i], "length": len(greedy[i]),
+             "samples": s_correct[i * k : (i + 1) * k], "completion": g_text[i]} for i in range(len(batch))]
 
 
 def _mean(values: list[float]) -> float | None:

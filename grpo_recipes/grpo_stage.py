@@ -37,7 +37,7 @@ class GRPOStage(Stage):
         held_out = len(run.held_out) if run.held_out is not None else 0
         return f"grpo: {len(run.train)} train rows, {held_out} held-out rows"
 
-    def problems(self, recipe) -> list[str]:
+    def problems(self, recipe, model_args=None) -> list[str]:
         return [m for f in FEATURES for m in f.problems(recipe, self.plan.training)]
 
     def data_problems(self, recipe, train) -> list[str]:

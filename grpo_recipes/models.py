@@ -128,6 +128,31 @@ def resolve_model(name_or_path: str, cache_dir: str | None = None) -> tuple[str,
     )
 
 
+def tokenizer_source(name_or_path: str, cache_dir: str | None = None) -> tuple[str, dict] | None:
+    """Where a model's tokenizer and config can be read without its weights: (folder, from_pretrained kwargs), or
+    None when neither this machine nor the Hub has them. Nothing is converted (the bundled GGUF is read for its
+    metadata) and nothing but the tokenizer and config files is downloaded."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return str(path), {}
+    cached = _from_hf_cache(name_or_path)
+    if cached is not None:
+        return str(cached), {}
+    if name_or_path == DEFAULT_MODEL:
+        converted = cache_root(cache_dir) / "models" / "SmolLM2-135M-Instruct"
+        if (converted / "config.json").is_file():
+            return str(converted), {}
+        gguf = bundled_gguf()
+        if gguf is not None:
+            return str(gguf.parent), {"gguf_file": gguf.name}
+    if hub_reachable():
+        try:
+            return snapshot_download(name_or_path, allow_patterns=["*.json", "*.txt", "*.model", "*.jinja"]), {}
+        except Exception as exc:  # the Hub raises a family of errors for "not there"; the caller names the model
+            logger.warning("Hub download of %s's tokenizer failed (%s)", name_or_path, exc)
+    return None
+
+
 def prepare_model(model_args, training_args, cache_dir: str | None = None) -> str:
     """Resolve the model to a local folder and put ModelConfig's loading options into the training config.
 

@@ -71,13 +71,13 @@ def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None
     """argv + YAML -> (RecipeArguments, training config, ModelConfig, config path). Unknown keys are errors. The
     configured task's defaults (task.py) fill the RecipeArguments fields that neither the file nor the flags set.
 
-    The training config is the last stage's (stages.CONFIGS: GRPOConfig for grpo, SFTStageConfig for sft) unless
-    `training_cls` names one.
+    The training config is the last stage's (stages.final_config: GRPOConfig for grpo, SFTStageConfig for sft, a
+    distill stage's by its mode) unless `training_cls` names one.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path, argv = split_config_arg(argv, default_config)
     config = resolve_paths(read_yaml(config_path), config_path) if config_path else {}
-    training_cls = training_cls or stages.CONFIGS[stages.final_stage(config, argv)]
+    training_cls = training_cls or stages.final_config(config, argv)
     for key, value in (config.pop("env", None) or {}).items():
         os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
     known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}

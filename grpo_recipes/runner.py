@@ -6,8 +6,8 @@
 
 Everything that can be checked without loading a model is checked first, and all problems are reported together.
 What a kind of stage does (its dataset, its TRL trainer, what it does around training) is a stages.Stage:
-grpo_stage.GRPOStage and sft.SFTStage. stages.py says how the stages share one output folder, one Trackio run and
-one step axis.
+grpo_stage.GRPOStage, sft.SFTStage and distill.py's (by mode). stages.py says how the stages share one output folder,
+one Trackio run and one step axis.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from . import checkpoint, checks, registry, stages, tools, tracking
 from .budget import CpuBudget
 from .config import RecipeArguments
 from .data import load_splits
+from .distill import distill_stage
 from .errors import ConfigError, RewardFailureRateExceeded
 from .evaluate import HeldOutEvalCallback
 from .grpo_stage import GRPOStage
@@ -35,7 +37,7 @@ from .models import prepare_model
 from .parsing import parse_recipe_args
 from .sft import SFTStage
 from .signals import exit_code
-from .stages import Stage
+from .stages import Stage, StagePlan
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -74,7 +76,7 @@ class FaultLog:
                 f.write(json.dumps(record) + "\n")
 
 
-STAGE_KINDS: dict[str, type[Stage]] = {"sft": SFTStage, "grpo": GRPOStage}
+STAGE_KINDS: dict[str, Callable[[StagePlan], Stage]] = {"sft": SFTStage, "distill": distill_stage, "grpo": GRPOStage}
 
 
 def default_run_name(recipe_name: str, model_name: str, training, stage: Stage | None = None) -> str:
@@ -115,10 +117,11 @@ def prepare(recipe_name: str | None, argv: list[str] | None = None, default_conf
             logger.info("format_reward: %s (the configured reward with role 'format')", recipe.format_reward)
     plans, problems = stages.plan_stages(recipe, training)
     run_stages = [(stage or STAGE_KINDS[p.name])(p) for p in plans]
-    problems += [m for s in run_stages for m in s.problems(recipe)]
+    problems += [m for s in run_stages for m in s.problems(recipe, model_args)]
     problems += checks.collect(recipe, training, model_args, known, training_output=for_training)
     for p in plans[:-1]:
-        problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training)]
+        if p.name == "sft":
+            problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training)]
     if problems:
         raise ConfigError(problems)
     if model_args.use_peft and recipe.peft_learning_rate:
@@ -136,9 +139,10 @@ def prepare(recipe_name: str | None, argv: list[str] | None = None, default_conf
     problems = checks.collect(recipe, training, model_args, known, data=(train, held_out), plan=plan)
     problems += [m for s in run_stages for m in s.data_problems(recipe, train)]
     for p in plans[:-1]:
-        problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training, train)]
+        if p.name == "sft":
+            problems += [f"stages[{p.index}] ({p.name}): {m}" for m in checks.stage_problems(recipe, p.training, train)]
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError(list(dict.fromkeys(problems)))  # a stage may find what the flat keys' checks found
     funcs, _ = registry.compile_rewards(
         recipe.reward_specs, known, fault_log=FaultLog(Path(training.output_dir) / "reward_faults.jsonl"),
         max_failure_rate=recipe.max_reward_failure_rate, failure_window=recipe.reward_failure_window,

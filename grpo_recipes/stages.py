@@ -1,5 +1,6 @@
 """A run's stages: `stages: [{name: sft, ...}, {name: grpo}]` runs each stage with TRL's own trainer (SFTTrainer,
-GRPOTrainer) one after the other, in one process, one output folder and one Trackio run.
+GRPOTrainer; a distill stage SFTTrainer or DistillationTrainer, by its mode) one after the other, in one process, one
+output folder and one Trackio run.
 
 - Config. The flat keys configure the last stage (its trainer's config). An earlier stage takes every flat training
   setting that its own config also has and that the config sets away from its default (seed, report_to, logging,
@@ -26,11 +27,14 @@ from transformers import AutoTokenizer, TrainingArguments
 from trl import GRPOConfig
 
 from .checkpoint import STAGES_DIR
-from .config import SFTStageConfig
+from .config import DISTILL_MODES, DistillLogitsConfig, DistillTracesConfig, SFTStageConfig
 from .errors import ConfigError
+from .registry import choice_hint
 from .tool_templates import ToolTemplateError, prepare_tokenizer
 
-CONFIGS: dict[str, type] = {"sft": SFTStageConfig, "grpo": GRPOConfig}
+CONFIGS: dict[str, type] = {"sft": SFTStageConfig, "distill": DistillTracesConfig, "grpo": GRPOConfig}
+# A distill stage's config is its mode's: TRL's SFTConfig for traces, DistillationConfig for logits.
+DISTILL_CONFIGS: dict[str, type] = {"traces": DistillTracesConfig, "logits": DistillLogitsConfig}
 DONE = "stage_complete.json"
 # What sizes and paces a stage is its own: GRPO's learning rate or batch would be wrong for supervised steps.
 INHERITED_NOT = frozenset({
@@ -40,15 +44,21 @@ INHERITED_NOT = frozenset({
 })
 
 
+def _raw(config: dict[str, Any], argv: list[str], key: str) -> Any:
+    """A key's value before the full parse: `--key X` or `--key=X` on the command line, else the config file's."""
+    raw: Any = config.get(key)
+    for i, arg in enumerate(argv):
+        if arg == f"--{key}" and i + 1 < len(argv):
+            raw = argv[i + 1]
+        elif arg.startswith(f"--{key}="):
+            raw = arg.split("=", 1)[1]
+    return raw
+
+
 def final_stage(config: dict[str, Any], argv: list[str]) -> str:
     """The last stage's name, read before the full parse (it picks the flat keys' training config): `--stages X`
     or `--stages=X` on the command line, else the config file's `stages`. Malformed values are left to the parse."""
-    raw: Any = config.get("stages")
-    for i, arg in enumerate(argv):
-        if arg == "--stages" and i + 1 < len(argv):
-            raw = argv[i + 1]
-        elif arg.startswith("--stages="):
-            raw = arg.split("=", 1)[1]
+    raw = _raw(config, argv, "stages")
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
@@ -57,6 +67,19 @@ def final_stage(config: dict[str, Any], argv: list[str]) -> str:
     last = raw[-1] if isinstance(raw, list) and raw else None
     name = last.get("name") if isinstance(last, dict) else last
     return name if name in CONFIGS else "grpo"
+
+
+def config_class(name: str, mode: Any = None) -> type | None:
+    """A stage's training config class; a distill stage's by its `mode` (None: an unknown mode)."""
+    if name == "distill":
+        return DISTILL_CONFIGS.get("traces" if mode is None else mode)
+    return CONFIGS[name]
+
+
+def final_config(config: dict[str, Any], argv: list[str]) -> type:
+    """The flat keys' training config class: the last stage's (a distill stage's by the flat `mode`)."""
+    name = final_stage(config, argv)
+    return config_class(name, _raw(config, argv, "mode")) or CONFIGS[name]
 
 
 @dataclass
@@ -129,18 +152,29 @@ def plan_stages(recipe, training) -> tuple[list[StagePlan], list[str]]:
             if settings:
                 problems.append(f"stages[{i}]: the last stage ({name}) is configured by the flat keys; move "
                                 f"{', '.join(sorted(settings))} out of its entry to the top level")
-            if not isinstance(training, CONFIGS[name]):
+            mode = getattr(training, "mode", None)
+            cls = config_class(name, mode)
+            if cls is None:
+                problems.append(f"mode: '{mode}' is not one of {', '.join(DISTILL_MODES)}"
+                                f"{choice_hint(mode, DISTILL_MODES)}")
+            elif type(training) is not cls:
                 problems.append(f"stages[{i}]: the flat keys were read as {type(training).__name__}, not the "
-                                f"{name} stage's {CONFIGS[name].__name__}")
+                                f"{name} stage's {cls.__name__}")
             plans.append(StagePlan(name, i, training, True))
             continue
-        cls = CONFIGS[name]
+        cls = config_class(name, settings.get("mode"))
+        if cls is None:
+            mode = settings["mode"]
+            problems.append(f"stages[{i}].mode: '{mode}' is not one of {', '.join(DISTILL_MODES)}"
+                            f"{choice_hint(str(mode), DISTILL_MODES)}")
+            continue
         known = {f.name for f in fields(cls) if f.init}
         unknown = [k for k in settings if k not in known]
+        kind = f"{name} stage (mode {settings.get('mode', 'traces')})" if name == "distill" else f"{name} stage"
         for k in unknown:
             close = difflib.get_close_matches(k, known, n=1, cutoff=0.75)
             hint = f"did you mean `{close[0]}`?" if close else f"not a field of {cls.__name__}"
-            problems.append(f"stages[{i}].{k}: unknown setting of the {name} stage; {hint}")
+            problems.append(f"stages[{i}].{k}: unknown setting of the {kind}; {hint}")
         if unknown:
             continue
         types_ = _annotations(cls)
@@ -199,8 +233,9 @@ def discard(output_dir: str | os.PathLike) -> None:
 
 
 class Stage:
-    """What one kind of stage does (grpo_stage.GRPOStage, sft.SFTStage): its dataset, its TRL trainer and what it does
-    around training. One instance serves one stage of one run (`plan`), so it may keep state between its hooks."""
+    """What one kind of stage does (grpo_stage.GRPOStage, sft.SFTStage, distill.py's): its dataset, its TRL trainer and
+    what it does around training. One instance serves one stage of one run (`plan`), so it may keep state between its
+    hooks."""
 
     name = ""
 
@@ -219,8 +254,9 @@ class Stage:
     def describe(self, run) -> str:
         return f"{self.name}: {len(run.train)} train rows"
 
-    def problems(self, recipe) -> list[str]:
-        """The start-up problems of what this kind of stage adds (its features' settings); loads nothing."""
+    def problems(self, recipe, model_args=None) -> list[str]:
+        """The start-up problems of what this kind of stage adds (its features' settings); loads no weights
+        (`model_args`: the run's model, for a check that reads its tokenizer)."""
         return []
 
     def data_problems(self, recipe, train) -> list[str]:

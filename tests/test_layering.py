@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 # layers, never of higher ones. "x.*" also matches the package x's submodules.
 LAYERS = [
     ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*", "grpo_recipes.doctor"]),
-    ("run", ["grpo_recipes.runner", "grpo_recipes.grpo_stage", "grpo_recipes.sft", "grpo_recipes.launch",
+    ("run", ["grpo_recipes.runner", "grpo_recipes.grpo_stage", "grpo_recipes.sft", "grpo_recipes.distill",
+             "grpo_recipes.launch",
              "grpo_recipes.launch.*"]),
     ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
                   "grpo_recipes.budget", "grpo_recipes.sampling", "grpo_recipes.rollout", "grpo_recipes.vllm_cpu_sync",

@@ -129,7 +129,7 @@ def test_stage_settings_that_cannot_work_are_named_before_anything_loads(entries
 
 
 def test_a_stage_without_a_name_it_knows_is_refused_while_parsing(run_env):
-    with pytest.raises(ConfigError, match=r"stages\[0\]: expected a mapping with `name` one of sft, grpo"):
+    with pytest.raises(ConfigError, match=r"stages\[0\]: expected a mapping with `name` one of sft, distill, grpo"):
         parse_recipe_args(["--output_dir", str(run_env / "out"), "--stages", '[{"name": "dpo"}]'], MATH)
 
 
