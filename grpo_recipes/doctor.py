@@ -23,18 +23,16 @@ from urllib.parse import urlsplit
 
 import torch
 from accelerate.commands.config import default_config_file
-from huggingface_hub import try_to_load_from_cache
 from packaging.requirements import Requirement
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import get_json_schema
 
 from . import registry, sandbox, tools, tracking
 from .batching import batch_problems
-from .config import DEFAULT_MODEL
 from .config_files import read_yaml
 from .data import load_splits
 from .errors import ConfigError
-from .models import bundled_gguf, converted_dir, hub_reachable
+from .models import tokenizer_source
 from .parsing import parse_recipe_args
 from .runner import prepare
 from .tool_templates import prepare_tokenizer
@@ -394,22 +392,14 @@ def output_need(params: int, p_bytes: int, stages: dict, model_args) -> float:
 
 
 def find_model(name: str, cache_dir: str | None = None) -> dict:
-    """from_pretrained arguments for the model's config and tokenizer, found where models.resolve_model looks,
-    without downloading or converting weights. ConfigError when it is nowhere."""
-    if Path(name).expanduser().is_dir():
-        return {"pretrained_model_name_or_path": str(Path(name).expanduser())}
-    cached = try_to_load_from_cache(name, "config.json")
-    if isinstance(cached, str):
-        return {"pretrained_model_name_or_path": str(Path(cached).parent)}
-    if hub_reachable():
-        return {"pretrained_model_name_or_path": name}
-    gguf = bundled_gguf() if name == DEFAULT_MODEL else None
-    if gguf and (converted_dir(cache_dir) / "config.json").is_file():
-        return {"pretrained_model_name_or_path": str(converted_dir(cache_dir))}
-    if gguf:
-        return {"pretrained_model_name_or_path": str(gguf.parent), "gguf_file": gguf.name}
-    raise ConfigError([f"model_name_or_path: cannot find '{name}': not a local folder, not in the Hugging Face "
-                       "cache, and the Hub is unreachable"])
+    """from_pretrained arguments for the model's config and tokenizer (models.tokenizer_source: where
+    resolve_model looks, no weights downloaded or converted). ConfigError when it is nowhere."""
+    found = tokenizer_source(name, cache_dir)
+    if found is None:
+        raise ConfigError([f"model_name_or_path: cannot find '{name}': not a local folder, not in the Hugging Face "
+                           "cache, and the Hub is unreachable"])
+    folder, kwargs = found
+    return {"pretrained_model_name_or_path": folder, **kwargs}
 
 
 def uses_sandbox(recipe) -> bool:

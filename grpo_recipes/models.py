@@ -139,7 +139,7 @@ def tokenizer_source(name_or_path: str, cache_dir: str | None = None) -> tuple[s
     if cached is not None:
         return str(cached), {}
     if name_or_path == DEFAULT_MODEL:
-        converted = cache_root(cache_dir) / "models" / "SmolLM2-135M-Instruct"
+        converted = converted_dir(cache_dir)
         if (converted / "config.json").is_file():
             return str(converted), {}
         gguf = bundled_gguf()

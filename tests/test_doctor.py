@@ -19,6 +19,7 @@ from conftest import REPO
 from transformers import LlamaConfig
 
 from grpo_recipes import cli, doctor
+from grpo_recipes.config import DEFAULT_MODEL
 from grpo_recipes.parsing import parse_recipe_args
 from grpo_recipes.sandbox import Isolation
 from grpo_recipes.tools import available, build_tools
@@ -119,7 +120,7 @@ def test_the_batch_geometry_at_the_accelerate_process_count():
 
 
 def test_the_model_is_found_without_weights_or_named_when_missing(tmp_path):
-    found = doctor.find_model(doctor.DEFAULT_MODEL, str(tmp_path))  # a model cache with nothing converted yet
+    found = doctor.find_model(DEFAULT_MODEL, str(tmp_path))  # a model cache with nothing converted yet
     folder = Path(found["pretrained_model_name_or_path"])
     assert (folder / "config.json").is_file() or (folder / found["gguf_file"]).is_file()
     assert not any(tmp_path.iterdir())  # nothing converted or downloaded
