@@ -1055,13 +1055,7 @@ class _Splitter:
     def _for(self, stmt: ast.For) -> None:
         if stmt.orelse or any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(stmt)):
             raise Unsplittable("a loop with break, continue or else")
-        if not self._static_only(stmt.iter):
-            raise Unsplittable("a loop over values the program computes")
-        self._check_host_only(stmt.iter)
-        try:
-            items = list(self._eval_static(stmt.iter))
-        except Exception as exc:  # noqa: BLE001
-            raise Unsplittable("a loop's iterable raised %s on the host" % type(exc).__name__) from None
+        items = self._static_value(stmt.iter, list, "a loop over", "a loop's iterable")
         names, _ = _target_names(stmt.target)
         for item in items:
             tmp: dict = {}
@@ -1074,14 +1068,19 @@ class _Splitter:
             self.statements(stmt.body)
 
     def _if(self, stmt: ast.If) -> None:
-        if not self._static_only(stmt.test):
-            raise Unsplittable("an if on values the program computes")
-        self._check_host_only(stmt.test)
-        try:
-            taken = bool(self._eval_static(stmt.test))
-        except Exception as exc:  # noqa: BLE001
-            raise Unsplittable("an if's condition raised %s on the host" % type(exc).__name__) from None
+        taken = self._static_value(stmt.test, bool, "an if on", "an if's condition")
         self.statements(stmt.body if taken else stmt.orelse)
+
+    def _static_value(self, node: ast.expr, convert, use: str, part: str):
+        """convert(`node`'s value), computed on the host from the test's own values; Unsplittable when the
+        program's values reach it or computing it raises."""
+        if not self._static_only(node):
+            raise Unsplittable("%s values the program computes" % use)
+        self._check_host_only(node)
+        try:
+            return convert(self._eval_static(node))
+        except Exception as exc:  # noqa: BLE001
+            raise Unsplittable("%s raised %s on the host" % (part, type(exc).__name__)) from None
 
 
 def _copy(node: ast.AST) -> ast.AST:
