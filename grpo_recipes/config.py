@@ -205,6 +205,13 @@ class RecipeArguments:
         default=4, metadata={"help": "Extra generation rounds a step may spend refilling (each a full generation "
                                      "batch on every process)."}
     )
+    dynamic_sampling_signal: str = field(
+        default="correctness",
+        metadata={"help": "What must differ within a group for dynamic sampling to keep it: `correctness`, the "
+                          "correctness reward alone (correctness_reward, else the first reward; DAPO keeps groups "
+                          "whose accuracy is neither 0 nor 1), so a group of wrong answers that differ only in format "
+                          "is replaced; `reward`, the weighted total."},
+    )
     curriculum: bool = field(
         default=False,
         metadata={"help": "Keep each training question's pass rate from the run's own rollouts (saved in "

@@ -27,11 +27,13 @@ import torch
 from transformers import TrainerCallback
 
 from .data import question_key
+from .diagnostics import equal_reward_groups
 
 logger = logging.getLogger("grpo_recipes")
 
 STATE_FILE = "sampling_state_{process}.json"
 # Per-token tensors of TRL's scored batch and their padding (right side); prompts are padded on the left.
+SIGNALS = ("correctness", "reward")  # dynamic_sampling_signal: what must differ within a kept group
 RIGHT_PAD = {"completion_mask": 0, "old_per_token_logps": 0.0, "ref_per_token_logps": 0.0,
              "sampling_per_token_logps": 0.0, "tool_mask": 1, "importance_sampling_ratio": 1.0}
 
@@ -42,6 +44,7 @@ class SamplingSpec:
 
     dynamic: bool = False
     max_rounds: int = 4
+    signal: str = "correctness"
     curriculum: bool = False
     low: float = 0.0
     high: float = 1.0
@@ -51,8 +54,8 @@ class SamplingSpec:
     def from_recipe(cls, recipe) -> SamplingSpec | None:
         if not (recipe.dynamic_sampling or recipe.curriculum):
             return None
-        return cls(recipe.dynamic_sampling, recipe.dynamic_sampling_max_rounds, recipe.curriculum,
-                   recipe.curriculum_low, recipe.curriculum_high, recipe.curriculum_recheck)
+        return cls(recipe.dynamic_sampling, recipe.dynamic_sampling_max_rounds, recipe.dynamic_sampling_signal,
+                   recipe.curriculum, recipe.curriculum_low, recipe.curriculum_high, recipe.curriculum_recheck)
 
 
 def problems(recipe, args) -> list[str]:
@@ -60,6 +63,8 @@ def problems(recipe, args) -> list[str]:
     if not (recipe.dynamic_sampling or recipe.curriculum):
         return []
     reasons = []
+    if recipe.dynamic_sampling and recipe.dynamic_sampling_signal not in SIGNALS:
+        reasons.append(f"dynamic_sampling_signal: {recipe.dynamic_sampling_signal!r}; one of {', '.join(SIGNALS)}")
     if recipe.dynamic_sampling and recipe.dynamic_sampling_max_rounds < 1:
         reasons.append(f"dynamic_sampling_max_rounds: {recipe.dynamic_sampling_max_rounds}; at least 1 extra round, "
                        "or dynamic_sampling: false")
@@ -86,6 +91,17 @@ def blockers(args, per_process_rows: int, group: int) -> list[str]:
         reasons.append(f"each process's generation batch ({per_process_rows} rows) must hold whole groups of "
                        f"num_generations {group}: make per_device_train_batch_size x steps_per_generation a multiple")
     return reasons
+
+
+def uninformative(rewards_per_func: torch.Tensor, weights: torch.Tensor, group: int, signal: str,
+                  correctness: int) -> torch.Tensor:
+    """One flag per group: nothing in it for dynamic sampling to keep. `reward`: the total rewards are all equal (zero
+    advantage). `correctness`: the correctness reward's are, so a group of wrong answers that differ only in format
+    counts as equal: its spread teaches the format at most, and once the format is learnt it ranks wrong answers
+    above a wrong one that is also badly formatted."""
+    if signal == "correctness":
+        rewards_per_func, weights = rewards_per_func[:, correctness:correctness + 1], weights.new_ones(1)
+    return equal_reward_groups(rewards_per_func, weights, group)
 
 
 @dataclass

@@ -63,6 +63,19 @@ def test_a_slot_holding_an_equal_group_is_filled_from_the_same_process_in_order(
     assert merge_gathered(gathered, refill, group=2).flatten().tolist() == [8, 9, 2, 3, 14, 15, 6, 7]
 
 
+def test_a_group_whose_answers_differ_only_in_format_is_refilled_unless_the_signal_is_the_total_reward():
+    # Columns: correctness (0/1), format (0/1) at weights 1 and 0.2; groups of 4. Group 0: all wrong, one unboxed;
+    # group 1: one right; group 2: all right and boxed; group 3: all wrong, one unscored (None) row.
+    rewards = torch.tensor([[0, 1], [0, 1], [0, 0], [0, 1], [1, 1], [0, 1], [0, 1], [0, 1],
+                            [1, 1], [1, 1], [1, 1], [1, 1], [0, 1], [0, 1], [float("nan"), 1], [0, 0]]).float()
+    weights = torch.tensor([1.0, 0.2])
+    assert sampling.uninformative(rewards, weights, 4, "correctness", 0).tolist() == [True, False, True, True]
+    assert sampling.uninformative(rewards, weights, 4, "reward", 0).tolist() == [False, False, True, False]
+    # The correctness column is the named one, wherever it sits.
+    assert sampling.uninformative(rewards[:, [1, 0]], weights.flip(0), 4, "correctness", 1).tolist() == \
+        [True, False, True, True]
+
+
 def test_merge_keeps_each_rows_tokens_and_pads_prompts_left_completions_right():
     def out(prompt_width, completion_width, base):
         rows = 4
@@ -109,15 +122,16 @@ def test_the_curriculum_shelves_the_never_and_always_solved_and_rechecks_some():
 
 def test_settings_that_cannot_work_are_named_with_their_fix():
     recipe = SimpleNamespace(dynamic_sampling=True, curriculum=True, dynamic_sampling_max_rounds=0, curriculum_low=0.5,
-                             curriculum_high=0.5, curriculum_recheck=2.0)
+                             curriculum_high=0.5, curriculum_recheck=2.0, dynamic_sampling_signal="accuracy")
     args = SimpleNamespace(scale_rewards="batch", multi_objective_aggregation="sum_then_normalize",
                            per_device_train_batch_size=3, steps_per_generation=1, num_generations=2)
     problems = sampling.problems(recipe, args)
-    assert problems[0].startswith("dynamic_sampling_max_rounds: 0; at least 1")
-    assert problems[1].startswith("curriculum_low, curriculum_high: 0.5, 0.5")
-    assert problems[2].startswith("curriculum_recheck: 2; a probability")
-    assert problems[3].startswith("dynamic_sampling: scale_rewards batch")
-    assert problems[4].startswith("dynamic_sampling: each process's generation batch (3 rows) must hold whole groups")
+    assert problems[0] == "dynamic_sampling_signal: 'accuracy'; one of correctness, reward"
+    assert problems[1].startswith("dynamic_sampling_max_rounds: 0; at least 1")
+    assert problems[2].startswith("curriculum_low, curriculum_high: 0.5, 0.5")
+    assert problems[3].startswith("curriculum_recheck: 2; a probability")
+    assert problems[4].startswith("dynamic_sampling: scale_rewards batch")
+    assert problems[5].startswith("dynamic_sampling: each process's generation batch (3 rows) must hold whole groups")
 
 
 # ------------------------------------------------------------------------------------------------- in a run

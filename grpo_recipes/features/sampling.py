@@ -9,8 +9,9 @@ from accelerate.utils import gather_object
 
 from .. import sampling
 from ..data import question_key
-from ..diagnostics import correctness_index, equal_reward_groups
-from ..sampling import PassRates, PromptPool, Refill, SamplingSpec, SamplingState, merge, merge_gathered, merge_table
+from ..diagnostics import correctness_index
+from ..sampling import (PassRates, PromptPool, Refill, SamplingSpec, SamplingState, merge, merge_gathered, merge_table,
+                        uninformative)
 from .base import TrainerFeature
 
 
@@ -70,6 +71,10 @@ class Sampling(TrainerFeature):
         solved = (rewards[:, self.correctness] >= self.threshold).view(-1, group).sum(dim=1).tolist()
         self._rates.update(keys, [int(n) for n in solved], group)
 
+    def _equal(self, trainer, rewards: torch.Tensor) -> list[bool]:
+        return uninformative(rewards, trainer.reward_weights, trainer.num_generations, self.spec.signal,
+                             self.correctness).tolist()
+
     def refilled(self, trainer, inputs, output: dict) -> dict:
         if not trainer.model.training:
             return output
@@ -81,7 +86,7 @@ class Sampling(TrainerFeature):
         if not self.spec.dynamic:
             return output
         per = len(inputs) // group
-        equal = equal_reward_groups(rewards[0], trainer.reward_weights, group).tolist()
+        equal = self._equal(trainer, rewards[0])
         refill, outputs, tables, rounds = Refill.start(equal, processes), [output], [trainer.completion_rows()], 0
         while refill.unfilled and rounds < self.spec.max_rounds:
             rounds += 1
@@ -93,7 +98,7 @@ class Sampling(TrainerFeature):
             lengths.append(round_lengths)
             if self._rates is not None:
                 self._observe(trainer, rows, rewards[-1])
-            refill.fill(rounds, equal_reward_groups(rewards[-1], trainer.reward_weights, group).tolist())
+            refill.fill(rounds, self._equal(trainer, rewards[-1]))
         process = trainer.accelerator.process_index
         mine = [(r, g - process * per) for r, g in refill.sources[process]]
         merged = merge(outputs, mine, group, trainer.processing_class.pad_token_id)
