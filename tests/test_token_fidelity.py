@@ -24,9 +24,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from trl.chat_template_utils import is_chat_template_prefix_preserving
 
 from grpo_recipes import grpo_stage, runner
-from grpo_recipes.features.base import TrainerFeature
 from grpo_recipes.tool_templates import TEMPLATES
-from token_fidelity import AGENT_CONFIG, Recording, episodes, problems
+from token_fidelity import AGENT_CONFIG, Recording, Retokenise, episodes, problems
 
 CHATML_TOOLS = TEMPLATES["chatml_tools"].chat_template
 # chatml_tools, except that an assistant turn followed by a tool message loses its text before the call (as Qwen3's
@@ -103,22 +102,6 @@ def script_generation(trainer) -> None:
                         logits_processor=LogitsProcessorList([forced]), **kwargs)
 
     trainer.model.generate = scripted
-
-
-class Retokenise(TrainerFeature):
-    """A pipeline that renders each episode through the chat template and tokenises it again, its loss mask from
-    the template's {% generation %} markers, cut after the last EOS (as the sampled ids end)."""
-
-    def generated(self, trainer, prompts, output):
-        prompt_ids, completion_ids, tool_mask, completions, *rest = output
-        tok = trainer.processing_class
-        for i, (prompt, messages) in enumerate(zip(prompts, completions, strict=True)):
-            full = tok.apply_chat_template(prompt + messages, tools=trainer.tools, tokenize=True, return_dict=True,
-                                           return_assistant_tokens_mask=True)
-            ids, mask = full["input_ids"], full["assistant_masks"]
-            end = max(j for j, t in enumerate(ids) if t == tok.eos_token_id) + 1
-            completion_ids[i], tool_mask[i] = ids[len(prompt_ids[i]):end], mask[len(prompt_ids[i]):end]
-        return (prompt_ids, completion_ids, tool_mask, completions, *rest)
 
 
 def agent_step(model_dir, out, template: str, retokenise: bool):

@@ -13,7 +13,8 @@ clearly from the untrained model's, which a large learning rate makes certain: o
 bundled SmolLM2-135M (both modes each). A server that dies and
 weights vLLM refuses stop the run with a clear error and no checkpoint for the failed step; `grpo-recipes launch`
 starts a server, trains, saves and stops it; and the agent recipe's multi-turn tool episodes train on exactly the ids
-vLLM sampled (token_fidelity.py's check, as tests/test_token_fidelity.py runs it with transformers generation).
+vLLM sampled, while a re-tokenising pipeline fails the same check (token_fidelity.py's, as
+tests/test_token_fidelity.py runs it with transformers generation).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoTokenizer
 from trl.generation import vllm_generation as trl_vllm_generation
 from trl.trainer import grpo_trainer as trl_grpo_trainer
 
@@ -516,30 +518,54 @@ CALL_REGEX = ('<tool_call>\n\\{"name": "calculator", "arguments": \\{"expression
               '\\}\\}\n</tool_call>')
 
 
+def agent_step_with_vllm(model_dir: Path, out: Path, *flags: str) -> tuple[Recording, dict]:
+    """One GRPO step of the agent recipe on the tiny model, vLLM colocated, in its own process (token_fidelity.py)."""
+    records = out / "records.json"
+    argv = [sys.executable, str(Path(__file__).resolve().parent / "token_fidelity.py"), "--out", str(records), *flags,
+            "--", "--model_name_or_path", str(model_dir), "--output_dir", str(out / "run"),
+            "--stages", '[{"name": "grpo"}]', "--max_steps", "1", "--train_size", "16", "--eval_heldout", "false",
+            "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
+            "--max_completion_length", "160", "--save_strategy", "no", "--report_to", "none",
+            "--log_completions", "false", "--use_vllm", "true", "--vllm_mode", "colocate",
+            "--vllm_structured_outputs_regex", CALL_REGEX]
+    proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=1800, cwd=out)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(records.read_text())
+    recording = Recording.from_json(data)
+    # Every first turn is a call whose result fits in max_completion_length (a call: at most 86 characters and EOS; a
+    # result's suffix: 26 tokens at most), so each episode has a masked tool suffix between two sampled turns
+    eps = episodes(recording.calls)
+    assert len(recording.rows) == len(eps) == 8  # 2 prompts x 4, shuffled into two micro-batches
+    assert all(len(e.turns) >= 2 and not all(e.sampled) for e in eps), [len(e.turns) for e in eps]
+    # ... and holds a turn vLLM sampled in a tokenisation that is not the tokenizer's own: re-tokenising its text
+    # gives other ids, so training on anything but the sampled ids shows
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    turns = [[e.ids[a:b] for a, b in e.turns] for e in eps]
+    assert all(any(tok(tok.decode(t), add_special_tokens=False)["input_ids"] != t for t in ts) for ts in turns)
+    return recording, data
+
+
 @pytest.mark.vllm
 def test_colocate_agent_episodes_train_on_the_sampled_ids(vllm_tiny_model_dir, tmp_path):
     """Issue 36's token fidelity with vLLM generation: the agent recipe on the tiny model, vLLM colocated; the ids the
     loss trains on are the ids vLLM sampled (recorded at its LLM.generate), token for token, with the loss mask 1 on
     them and 0 on the tool suffixes (token_fidelity.problems, the transformers test's check)."""
     _vllm_ready()
-    records = tmp_path / "records.json"
-    argv = [sys.executable, str(Path(__file__).resolve().parent / "token_fidelity.py"), "--out", str(records), "--",
-            "--model_name_or_path", str(vllm_tiny_model_dir), "--output_dir", str(tmp_path / "run"),
-            "--stages", '[{"name": "grpo"}]', "--max_steps", "1", "--train_size", "16", "--eval_heldout", "false",
-            "--num_generations", "4", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2",
-            "--max_completion_length", "160", "--save_strategy", "no", "--report_to", "none",
-            "--log_completions", "false", "--use_vllm", "true", "--vllm_mode", "colocate",
-            "--vllm_structured_outputs_regex", CALL_REGEX]
-    proc = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=1800, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    data = json.loads(records.read_text())
-    recording = Recording.from_json(data)
+    recording, data = agent_step_with_vllm(vllm_tiny_model_dir, tmp_path)
     assert problems(recording, data["max_completion_length"]) == []
-    eps = episodes(recording.calls)
-    assert len(recording.rows) == len(eps) == 8  # 2 prompts x 4, shuffled into two micro-batches
-    # Every first turn is a call whose result fits in max_completion_length (a call: at most 86 characters and EOS; a
-    # result's suffix: 26 tokens at most), so each episode has a masked tool suffix between two sampled turns
-    assert all(len(e.turns) >= 2 and not all(e.sampled) for e in eps), [len(e.turns) for e in eps]
+
+
+@pytest.mark.vllm
+def test_colocate_agent_check_fails_on_a_retokenising_pipeline(vllm_tiny_model_dir, tmp_path):
+    """The same step through token_fidelity.Retokenise (render the episode, tokenise it again): every row trains on
+    ids vLLM never sampled (each episode holds a non-canonical turn), and the check names each row and episode."""
+    _vllm_ready()
+    recording, data = agent_step_with_vllm(vllm_tiny_model_dir, tmp_path, "--retokenise")
+    found = problems(recording, data["max_completion_length"])
+    rows = sorted(int(p.split(":")[0].removeprefix("row ")) for p in found if p.startswith("row "))
+    assert rows == list(range(8)), found
+    assert all("trained ids differ from the sampled episode's" in p for p in found if p.startswith("row ")), found
+    assert sum(p.startswith("episode ") and "never trained" in p for p in found) == 8, found
 
 
 @pytest.mark.vllm

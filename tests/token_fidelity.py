@@ -15,6 +15,7 @@ colocate, in its own process: `python token_fidelity.py --out records.json -- AG
   where TRL cuts: at max_completion_length, inside the last turn), with loss mask (completion_mask x tool_mask) 1 on
   the sampled ids and 0 on everything else: tool results, template tokens, padding. Assumes TRL's
   mask_truncated_completions is off (the recipes' setting): a row it masks would train on nothing.
+- `Retokenise`: the pipeline the check must fail on (both tests run it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from grpo_recipes.features.base import TrainerFeature
 
 AGENT_CONFIG = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "agent_cpu.yaml"
 
@@ -180,16 +183,40 @@ def problems(recording: Recording, max_completion_length: int, decode=None) -> l
     return found
 
 
+class Retokenise(TrainerFeature):
+    """A pipeline that renders each episode through the chat template and tokenises it again, its loss mask from
+    the template's {% generation %} markers, cut after the last EOS (as the sampled ids end). It has no sampler
+    log-probabilities for the ids it made: vLLM's become NaN, which TRL leaves out of its importance-sampling
+    correction (without this their lengths no longer match, and TRL fails before the loss)."""
+
+    def generated(self, trainer, prompts, output):
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest = output
+        tok = trainer.processing_class
+        for i, (prompt, messages) in enumerate(zip(prompts, completions, strict=True)):
+            full = tok.apply_chat_template(prompt + messages, tools=trainer.tools, tokenize=True, return_dict=True,
+                                           return_assistant_tokens_mask=True)
+            ids, mask = full["input_ids"], full["assistant_masks"]
+            end = max(j for j, t in enumerate(ids) if t == tok.eos_token_id) + 1
+            completion_ids[i], tool_mask[i] = ids[len(prompt_ids[i]):end], mask[len(prompt_ids[i]):end]
+            if logprobs is not None:
+                logprobs[i] = [float("nan")] * len(completion_ids[i])
+        return (prompt_ids, completion_ids, tool_mask, completions, logprobs, *rest)
+
+
 def main(argv: list[str]) -> int:
-    """Train the agent recipe through the project's runner (vLLM-colocate test), recording as above."""
+    """Train the agent recipe through the project's runner (vLLM-colocate test), recording as above; with
+    --retokenise, through the re-tokenising pipeline."""
     from grpo_recipes import runner
 
     split = argv.index("--")
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
+    p.add_argument("--retokenise", action="store_true")
     a = p.parse_args(argv[:split])
     run = runner.prepare("agent", argv[split + 1:], AGENT_CONFIG)
     trainer = runner.build_trainer(run)
+    if a.retokenise:
+        trainer.features.append(Retokenise())
     recording = Recording().attach(trainer)
     code = runner.train_and_save(trainer, run)
     Path(a.out).write_text(json.dumps({**recording.to_json(),
