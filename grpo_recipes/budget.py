@@ -10,18 +10,15 @@ from transformers import TrainerCallback
 logger = logging.getLogger(__name__)
 
 
-class CpuBudget(TrainerCallback):
-    """Ends training (the normal way: final save and evaluation still run) once this process has spent
-    `minutes` of CPU time inside training steps: generation, rewards, loss and optimiser. Held-out evaluation,
-    logging and checkpointing run between steps and are not charged, so a run that evaluates more often does
-    not train less. CPU time, unlike wall time, does not shrink when other work shares the machine, so runs
-    with equal budgets did equal work.
+class StepClock(TrainerCallback):
+    """This process's CPU time inside training steps (`used_s`): generation, rewards, loss and optimiser. Held-out
+    evaluation, logging and checkpointing run between steps and are not counted. CPU time, unlike wall time, does not
+    shrink when other work shares the machine.
 
-    It must come first in the callback list: its on_step_end then closes the step's clock before any other
-    callback's work (held-out evaluation) and sets should_training_stop where they can read it."""
+    Its on_step_end must run before other callbacks' step-end work (held-out evaluation), so it comes before them in
+    the callback list."""
 
-    def __init__(self, minutes: float, clock=time.process_time):
-        self.limit_s = 60.0 * minutes
+    def __init__(self, clock=time.process_time):
         self.clock = clock
         self.used_s = 0.0
         self._step_start = None
@@ -34,6 +31,22 @@ class CpuBudget(TrainerCallback):
             return
         self.used_s += self.clock() - self._step_start
         self._step_start = None
+
+
+class CpuBudget(StepClock):
+    """Ends training (the normal way: final save and evaluation still run) once this process has spent `minutes` of
+    CPU time inside training steps (StepClock), so a run that evaluates more often does not train less, and runs with
+    equal budgets did equal work.
+
+    It must come first in the callback list: its on_step_end then closes the step's clock before any other
+    callback's work (held-out evaluation) and sets should_training_stop where they can read it."""
+
+    def __init__(self, minutes: float, clock=time.process_time):
+        super().__init__(clock)
+        self.limit_s = 60.0 * minutes
+
+    def on_step_end(self, args, state, control, **kwargs):
+        super().on_step_end(args, state, control, **kwargs)
         if self.used_s >= self.limit_s:
             logger.info("CPU budget of %.1f min used at step %d: stopping", self.limit_s / 60, state.global_step)
             control.should_training_stop = True

@@ -14,7 +14,8 @@ The teacher is a model folder, a Hub id or an earlier stage's output (`stage:N`,
 it is evaluated once, on the run's held-out rows with the run's evaluation (evaluate.py: the same prompts, settings and
 verifier as the student's). That, the acceptance of its samples and the student's NLL on kept traces (at the stage's
 start and end) are logged as distill/* and written to distill_summary.json in the stage's folder, with the student's
-held-out accuracy at the stage's start and end.
+held-out accuracy at the stage's start and end and the stage's CPU seconds: `distill_cpu_seconds`, the teacher's
+sampling plus the student's training steps, all processes, the evaluations not counted (as max_cpu_minutes counts).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import gather_object
 from datasets import Dataset
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer
 from trl import DistillationTrainer, get_peft_config
 
 from . import bundled, models, registry, vllm_support
 from .alerts import AlertCallback, AlertConfig, distill_detectors
+from .budget import StepClock
 from .config import DistillLogitsConfig
 from .config_files import read_yaml
 from .data import question_key
@@ -371,6 +373,18 @@ def write_summary(folder: str | os.PathLike, summary: dict) -> None:
         os.replace(tmp, path)
 
 
+def all_processes(seconds: float) -> float:
+    """A per-process figure summed over the run's processes (a collective: every process calls it)."""
+    return sum(gather_object([seconds])) if PartialState().num_processes > 1 else seconds
+
+
+def record_teacher_evaluation(teacher, run, summary: dict) -> None:
+    """The teacher's held-out evaluation and its CPU seconds (all processes), into `summary`."""
+    start = time.process_time()
+    summary["teacher_eval"] = teacher_evaluation(teacher, run)
+    summary["teacher_eval_cpu_seconds"] = all_processes(time.process_time() - start)
+
+
 def teacher_evaluation(teacher, run) -> dict:
     """The teacher on the run's held-out rows, each process its share, as the run's evaluation scores the student."""
     state = PartialState()
@@ -537,15 +551,18 @@ class TracesStage(DistillStage, SFTStage):
             LocalTeacher.load(path, run.model_args.dtype)
         try:
             if evaluate_teacher:
-                summary["teacher_eval"] = teacher_evaluation(teacher, run)
+                record_teacher_evaluation(teacher, run, summary)
                 write_summary(cfg.output_dir, summary)
             correctness, _ = reward_roles(run.recipe, run.funcs)
             settings = sample_settings(cfg, run.recipe.correctness_threshold)
             sample_traces(teacher, rows, todo, store, correctness, settings, cfg.teacher_batch_size)
         finally:
             teacher.close()
-        # Not charged to max_cpu_minutes (training steps only): the teacher's cost, for budgets that count it.
-        summary["teacher_cpu_seconds"] = summary.get("teacher_cpu_seconds", 0.0) + time.process_time() - clock
+        # Not charged to max_cpu_minutes (training steps only); the sampling is part of distill_cpu_seconds.
+        used = all_processes(time.process_time() - clock)
+        evaluation = summary.get("teacher_eval_cpu_seconds", 0.0) if evaluate_teacher else 0.0
+        summary["teacher_cpu_seconds"] = summary.get("teacher_cpu_seconds", 0.0) + used
+        summary["teacher_sampling_cpu_seconds"] = summary.get("teacher_sampling_cpu_seconds", 0.0) + used - evaluation
         summary["teacher_seconds"] = summary.get("teacher_seconds", 0.0) + time.perf_counter() - wall
         write_summary(cfg.output_dir, summary)
 
@@ -613,12 +630,15 @@ def distill_stage(plan: StagePlan) -> DistillStage:
     return (LogitsStage if isinstance(plan.training, DistillLogitsConfig) else TracesStage)(plan)
 
 
-class DistillCallback(TrainerCallback):
+class DistillCallback(StepClock):
     """The distill/* metrics: at the stage's start the teacher's held-out evaluation, the traces' acceptance and the
     student's NLL on kept traces; at its end the NLL again and distill_summary.json with the student's held-out
-    accuracy at the stage's start and end. Logged once: a resumed stage finds them in the summary."""
+    accuracy at the stage's start and end. Logged once: a resumed stage finds them in the summary. Its step clock
+    counts the student's training steps; it is added before the held-out evaluation's callback (runner.py), so the
+    evaluation at a step's end is not in it."""
 
     def __init__(self, trainer, stage: DistillStage, run):
+        super().__init__()
         self.trainer, self.stage, self.run = trainer, stage, run
         self.folder = stage.plan.training.output_dir
 
@@ -644,7 +664,7 @@ class DistillCallback(TrainerCallback):
             return
         if evaluates(self.run) and "teacher_eval" not in summary:  # logits: TRL loaded the teacher
             teacher = self.trainer.accelerator.unwrap_model(self.trainer.teacher_model)
-            summary["teacher_eval"] = teacher_evaluation(LocalTeacher(teacher, self.trainer.processing_class), self.run)
+            record_teacher_evaluation(LocalTeacher(teacher, self.trainer.processing_class), self.run, summary)
         logs = {}
         if "teacher_eval" in summary:
             logs["distill/teacher_pass@1"] = summary["teacher_eval"]["pass_at_1"]
@@ -660,9 +680,19 @@ class DistillCallback(TrainerCallback):
         self._log(logs)
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.global_step < state.max_steps:  # stopped by a signal: the resumed stage ends it
-            return
         summary = read_summary(self.folder)
+        # This session's steps; a resumed stage adds its own (a process killed outright records none).
+        steps = summary.get("student_train_cpu_seconds", 0.0) + all_processes(self.used_s)
+        summary["student_train_cpu_seconds"] = steps
+        summary["distill_cpu_seconds"] = summary.get("teacher_sampling_cpu_seconds", 0.0) + steps
+        if state.global_step < state.max_steps:  # stopped by a signal: the resumed stage ends it
+            write_summary(self.folder, summary)
+            return
+        if state.is_world_process_zero:
+            logger.info("distill: %.0f CPU-s: teacher sampling %.0f + student steps %.0f (not counted: the teacher's "
+                        "held-out evaluation, %.0f, and the student's)", summary["distill_cpu_seconds"],
+                        summary.get("teacher_sampling_cpu_seconds", 0.0), steps,
+                        summary.get("teacher_eval_cpu_seconds", 0.0))
         nll_end = self._nll()
         if nll_end is not None:
             summary["end"] = {"student_nll": nll_end}

@@ -1,7 +1,7 @@
 """The distill stage (grpo_recipes/distill.py): a teacher of another vocabulary is refused before any weights load,
 the rejection filter keeps exactly the verified samples, a killed stage resumes without sampling a prompt twice or
-losing a trace, two processes share the sampling, a vLLM server can be the sampler, and sft -> distill -> grpo runs
-from one command as one run."""
+losing a trace, two processes share the sampling, a vLLM server can be the sampler, sft -> distill -> grpo runs
+from one command as one run, and the stage's CPU is recorded without its evaluations."""
 
 import json
 import os
@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -18,10 +19,11 @@ from conftest import REPO, tiny_run_args
 from grpo_recipes import distill
 from grpo_recipes.config import DistillTracesConfig
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.evaluate import EvalSettings, reward_roles, score
-from grpo_recipes.runner import prepare
+from grpo_recipes.evaluate import EvalSettings, HeldOutEvalCallback, reward_roles, score
+from grpo_recipes.runner import main, prepare
 
-MATH = REPO / "recipes" / "configs" / "math_cpu.yaml"
+CONFIGS = REPO / "recipes" / "configs"
+MATH = CONFIGS / "math_cpu.yaml"
 # The test verifier: a random tiny teacher passes it on about half of its samples (tests/data/distill_rewards).
 EVEN = ("--reward_dirs", str(REPO / "tests" / "data" / "distill_rewards"),
         "--rewards", '[{"name": "test_even_length"}]')
@@ -117,12 +119,28 @@ def test_distill_settings_that_cannot_work_are_named_before_anything_loads(entri
     assert message in str(err.value)
 
 
-def test_the_cpu_config_says_to_train_its_teacher_first(run_env, monkeypatch):
+@pytest.mark.parametrize("config", ["distill_math_cpu.yaml", "distill_math_logits_cpu.yaml"])
+def test_the_cpu_configs_say_to_train_their_teacher_first(config, run_env, monkeypatch):
     monkeypatch.chdir(run_env)  # no outputs/math_grpo here
     with pytest.raises(ConfigError) as err:
-        prepare(None, ["--config", str(REPO / "recipes" / "configs" / "distill_math_cpu.yaml")])
+        prepare(None, ["--config", str(CONFIGS / config)])
     assert "stages[0] (distill): teacher: no model at 'outputs/math_grpo'" in str(err.value)
     assert "It is where recipes/configs/math_cpu.yaml saves its model: train it first, `make run`" in str(err.value)
+
+
+@pytest.mark.parametrize("config,mode", [("distill_math_cpu.yaml", "DistillTracesConfig"),
+                                         ("distill_math_logits_cpu.yaml", "DistillLogitsConfig")])
+def test_the_cpu_configs_plan_a_distill_stage_then_grpo_without_recomputation(config, mode):
+    from grpo_recipes import stages
+    from grpo_recipes.parsing import parse_recipe_args
+
+    recipe, training, _, _ = parse_recipe_args(["--config", str(CONFIGS / config)])
+    plans, problems = stages.plan_stages(recipe, training)
+    assert problems == []
+    assert [type(p.training).__name__ for p in plans] == [mode, "GRPOConfig"]
+    # TRL's trainers default to activation checkpointing; the flat `false` reaches the distill stage (135M on CPU:
+    # recomputing costs more than the memory it saves).
+    assert plans[0].training.activation_checkpointing is False
 
 
 def test_the_gpu_config_plans_a_traces_stage_then_grpo():
@@ -258,6 +276,33 @@ def test_sft_distill_grpo_runs_from_one_command_as_one_run(tiny_model_dir, run_e
     assert "ALERT The teacher fails its own verifier" in proc.stderr  # acceptance < 0.99
 
 
+def test_the_stage_records_its_cpu_without_the_evaluations(tiny_model_dir, run_env, monkeypatch):
+    """distill_cpu_seconds is the teacher's sampling plus the student's training steps. Here each held-out evaluation
+    (the teacher's, and the student's at the stage's start and end) first burns BURN CPU-seconds, more than the tiny
+    run's own work: the teacher's lands in teacher_eval_cpu_seconds only, the student's in no figure."""
+    burn = 2.0
+
+    def burning(evaluation):
+        def slow(*args, **kwargs):
+            start = time.process_time()
+            while time.process_time() - start < burn:
+                pass
+            return evaluation(*args, **kwargs)
+        return slow
+
+    monkeypatch.setattr(distill, "teacher_evaluation", burning(distill.teacher_evaluation))
+    monkeypatch.setattr(HeldOutEvalCallback, "_evaluate", burning(HeldOutEvalCallback._evaluate))
+    out = run_env / "out"
+    assert main("math", MATH, _args(tiny_model_dir, out, [traces(tiny_model_dir), {"name": "grpo"}],
+                                    "--report_to", "none")) == 0
+    summary = json.loads((out / "stages" / "1-distill" / distill.SUMMARY).read_text())
+    sampling, steps = summary["teacher_sampling_cpu_seconds"], summary["student_train_cpu_seconds"]
+    assert burn <= summary["teacher_eval_cpu_seconds"] < 2 * burn
+    assert 0 < sampling < burn and 0 < steps < burn
+    assert summary["distill_cpu_seconds"] == pytest.approx(sampling + steps)
+    assert summary["teacher_cpu_seconds"] == pytest.approx(sampling + summary["teacher_eval_cpu_seconds"])
+
+
 def test_two_processes_share_the_sampling_and_train_the_stage(tiny_model_dir, run_env):
     out = run_env / "out"
     launcher = ("-m", "accelerate.commands.launch", "--config_file", str(REPO / "accelerate_configs/cpu_ddp.yaml"))
@@ -289,6 +334,9 @@ def test_a_run_of_one_logits_stage(tiny_model_dir, run_env):
     summary = json.loads((out / distill.SUMMARY).read_text())
     assert summary["mode"] == "logits" and summary["teacher_eval"]["rows"] == 4
     assert summary["student"]["end"]["step"] == 2 and (out / "model.safetensors").is_file()
+    # No sampling stage before the steps: the stage's CPU is its steps' (the teacher's forwards are inside them).
+    assert summary["distill_cpu_seconds"] == summary["student_train_cpu_seconds"] > 0
+    assert summary["teacher_eval_cpu_seconds"] > 0 and "teacher_sampling_cpu_seconds" not in summary
 
 
 # ------------------------------------------------------------------------------------------- the vLLM sampler
