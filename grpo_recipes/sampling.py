@@ -2,8 +2,9 @@
 
 A group whose completions all score alike has advantage zero: it costs a generation and teaches nothing.
 - Dynamic sampling (DAPO, arXiv:2503.14476): after TRL scores a generation batch, each process replaces its
-  equal-reward groups with groups of newly drawn prompts, generated and scored by TRL's own step, round after round
-  until every slot holds a group whose rewards differ or `max_rounds` extra rounds are spent. Every process decides
+  equal groups (by `signal`: the correctness reward, or the total; `uninformative`) with groups of newly drawn
+  prompts, generated and scored by TRL's own step, round after round until every slot holds a group that differs or
+  `max_rounds` extra rounds are spent. Every process decides
   from the gathered rewards (the same on all of them), and every round generates a full batch on every process, so
   TRL's collectives stay in step. Advantages are TRL's, computed in each round per group: exact for
   scale_rewards group/none, which the start-up checks require.
