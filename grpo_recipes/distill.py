@@ -275,8 +275,7 @@ class ServerTeacher:
     token ids; the samples' token ids are decoded here with the teacher's tokenizer, as in LocalTeacher."""
 
     def __init__(self, cfg, cache_dir: str | None):
-        self.url = (cfg.vllm_server_base_url or
-                    f"http://{vllm_support.connect_host(cfg.vllm_server_host)}:{cfg.vllm_server_port}").rstrip("/")
+        self.url = vllm_support.server_url(cfg.vllm_server_host, cfg.vllm_server_port, cfg.vllm_server_base_url)
         ok, why = vllm_support.poll_health(self.url + vllm_support.HEALTH_PATH, cfg.vllm_server_timeout)
         if not ok:
             raise ConfigError([f"use_vllm: no server answers at {self.url} ({why}); start one that serves the "
@@ -291,7 +290,7 @@ class ServerTeacher:
     def _post(self, path: str, body: dict | None) -> dict:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=600) as response:
+        with vllm_support.OPENER.open(request, timeout=600) as response:  # never through a proxy
             return json.loads(response.read())
 
     def _complete(self, prompt_ids: list[list[int]], n: int, temperature: float, settings: EvalSettings):

@@ -36,7 +36,7 @@ from .models import tokenizer_source
 from .parsing import parse_recipe_args
 from .runner import prepare
 from .tool_templates import prepare_tokenizer
-from .vllm_support import (CPU_ENGINE_ENV, HEALTH_PATH, WORKER_EXTENSION_ARGS, health_url, probe_health,
+from .vllm_support import (CPU_ENGINE_ENV, HEALTH_PATH, OPENER, WORKER_EXTENSION_ARGS, probe_health, server_url,
                            vllm_install_problems)
 
 DIST = "grpo-recipes"
@@ -47,7 +47,6 @@ GB = 1e9
 # 10% under to 17% over them (docs/reliability.md). On a GPU: its CUDA context.
 RUNTIME_BYTES = {"cpu": 1.0e9, "gpu": 0.5e9}
 LOGIT_COPIES = 4  # fp32 logits, their log-softmax and the two gradients, per token, in the loss's forward/backward
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # a local server never goes through a proxy
 
 
 @dataclass
@@ -189,8 +188,8 @@ def vllm_server_row(training, on_cpu: bool, timeout_s: float = VLLM_TIMEOUT_S) -
     repeat), on a GPU through a weight-transfer engine (TRL's NCCL sync)."""
     if not (training.use_vllm and training.vllm_mode == "server"):
         return Row("vLLM server", "ok", "not used" if not training.use_vllm else "colocate: no server")
-    url = health_url(training.vllm_server_host, training.vllm_server_port, training.vllm_server_base_url)
-    base = url.removesuffix(HEALTH_PATH)
+    base = server_url(training.vllm_server_host, training.vllm_server_port, training.vllm_server_base_url)
+    url = base + HEALTH_PATH
     up, why = probe_health(url, timeout_s)
     if not up:
         env = " ".join(f"{k}={v}" for k, v in CPU_ENGINE_ENV.items()) + " " if on_cpu else ""
@@ -200,7 +199,7 @@ def vllm_server_row(training, on_cpu: bool, timeout_s: float = VLLM_TIMEOUT_S) -
                    f"{urlsplit(url).port}{ext}`, or let `grpo-recipes launch --vllm-mode server` start it with the "
                    "trainer; or fix vllm_server_host/port (vllm_server_base_url)")
     try:
-        with _OPENER.open(f"{base}/server_info?config_format=json", timeout=timeout_s) as resp:
+        with OPENER.open(f"{base}/server_info?config_format=json", timeout=timeout_s) as resp:
             info = json.loads(resp.read() or b"{}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return Row("vLLM server", "FAIL", f"{base} answers /health but not /server_info ({exc})",
@@ -211,7 +210,7 @@ def vllm_server_row(training, on_cpu: bool, timeout_s: float = VLLM_TIMEOUT_S) -
                                      data=json.dumps({"method": "repack_tied_lm_head", "kwargs": {}}).encode(),
                                      headers={"Content-Type": "application/json"})
         try:
-            _OPENER.open(req, timeout=max(timeout_s, 30.0)).close()
+            OPENER.open(req, timeout=max(timeout_s, 30.0)).close()
         except (urllib.error.URLError, OSError) as exc:
             return Row("vLLM server", "FAIL", f"{base} has no weight-sync extension (repack_tied_lm_head: {exc}): "
                        "it would keep generating with the untrained output head",

@@ -55,20 +55,19 @@ from safetensors.torch import save_file
 from .errors import WeightSyncError
 from .trl_internals import HookedVLLMGeneration, trl_vllm_class, vllm_backend_built_by
 from .vllm_cpu_worker import repack_tied_lm_head
-from .vllm_support import CPU_ENGINE_ENV, WORKER_EXTENSION_ARGS
+from .vllm_support import CPU_ENGINE_ENV, OPENER, WORKER_EXTENSION_ARGS
 
 WEIGHTS_FILE = "model.safetensors"
 # A reload of a 135M model takes seconds on a busy 2-core machine; a hung server must not hang training forever.
 SYNC_TIMEOUT_S = 600.0
 # Direct connections only: a proxy from the environment must never see requests for a server on this machine.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _post(url: str, body: dict | None, timeout_s: float) -> dict:
     data = json.dumps(body or {}).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
     try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
+        with OPENER.open(req, timeout=timeout_s) as resp:
             text = resp.read().decode() or "{}"
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[-2000:]

@@ -42,7 +42,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0", "", "::", "[
 
 # A direct opener: a proxy from HTTP_PROXY/http_proxy must never see (or swallow) a request for a server that is
 # on this machine or this cluster's network, and loopback requests through a proxy fail in confusing ways.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def connect_host(host: str) -> str:
@@ -50,19 +50,24 @@ def connect_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "", "::", "[::]") else host
 
 
-def health_url(host: str, port: int, base_url: str | None = None) -> str:
+def server_url(host: str, port: int, base_url: str | None = None) -> str:
+    """The server's root URL (no trailing slash): `base_url` when set, else host:port to connect to."""
     if base_url:
-        return base_url.rstrip("/") + HEALTH_PATH
+        return base_url.rstrip("/")
     host = connect_host(host)
     if ":" in host and not host.startswith("["):  # a bare IPv6 address needs brackets in a URL
         host = f"[{host}]"
-    return f"http://{host}:{int(port)}{HEALTH_PATH}"
+    return f"http://{host}:{int(port)}"
+
+
+def health_url(host: str, port: int, base_url: str | None = None) -> str:
+    return server_url(host, port, base_url) + HEALTH_PATH
 
 
 def probe_health(url: str, timeout_s: float = 5.0) -> tuple[bool, str]:
     """One GET of a health URL: (True, "") on HTTP 200, else (False, why)."""
     try:
-        with _OPENER.open(url, timeout=max(timeout_s, 0.1)) as resp:
+        with OPENER.open(url, timeout=max(timeout_s, 0.1)) as resp:
             if resp.status == 200:
                 return True, ""
             return False, f"HTTP {resp.status}"
