@@ -1,7 +1,8 @@
-"""CPU cost of the held-out evaluation by prompts per generate call (`eval_generation_batch_size`), as ratios
-against the default's 16, measured in the same process, settings in turn (round-robin).
+"""CPU cost of the held-out evaluation by prompts per generate call (`eval_generation_batch_size`) and with or
+without the batch's common prompt prefix prefilled once (`EvalSettings.share_prefix`), as ratios against the first
+setting, measured in the same process, settings in turn (round-robin).
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python bench/eval_batch.py [--sizes 16 50 100 200] [--rounds 2]
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python bench/eval_batch.py [--sizes 64 16] [--share off on] [--rounds 2]
 
 CPU seconds of this process (time.process_time, one OpenMP thread), so other load on the machine changes the wall
 time, not the figure. Also the greedy answers' agreement with the default's: left padding differs with the batch's
@@ -25,7 +26,8 @@ from grpo_recipes.runner import prepare
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
-    ap.add_argument("--sizes", type=int, nargs="+", default=[16, 50, 100, 200])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[64])
+    ap.add_argument("--share", choices=["off", "on"], nargs="+", default=["off", "on"])
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     prepared = prepare("math", ["--config", str(bundled.recipe_config("math")), "--model_name_or_path", args.model],
@@ -35,21 +37,22 @@ def main() -> None:
     rows = prepared.held_out.to_list()
     correctness, fmt = reward_roles(prepared.recipe, prepared.funcs)
     settings = EvalSettings.from_configs(prepared.recipe, prepared.training)
-    cpu, answers = {n: [] for n in args.sizes}, {}
+    arms = [(n, share) for n in args.sizes for share in args.share]
+    cpu, answers = {arm: [] for arm in arms}, {}
     for _ in range(args.rounds):
-        for n in args.sizes:
-            settings.batch_size = n
+        for arm in arms:
+            settings.batch_size, settings.share_prefix = arm[0], arm[1] == "on"
             start = time.process_time()
             records, _ = evaluate(model, tokenizer, rows, correctness, fmt, settings, eos_token_ids(model, tokenizer))
-            cpu[n].append(time.process_time() - start)
-            answers[n] = [r["completion"] for r in records]
-    base = statistics.median(cpu[args.sizes[0]])
-    print(f"{len(rows)} held-out rows, greedy, {args.rounds} rounds; CPU seconds (median) and ratio to batch "
-          f"{args.sizes[0]}; greedy completions equal to batch {args.sizes[0]}'s")
-    for n in args.sizes:
-        same = sum(a == b for a, b in zip(answers[n], answers[args.sizes[0]]))
-        print(f"  batch {n:4d}: {statistics.median(cpu[n]):7.1f} s  x{statistics.median(cpu[n]) / base:.2f}  "
-              f"{same}/{len(rows)} same")
+            cpu[arm].append(time.process_time() - start)
+            answers[arm] = [r["completion"] for r in records]
+    base = statistics.median(cpu[arms[0]])
+    print(f"{len(rows)} held-out rows, greedy (k {settings.k}), {args.rounds} rounds; CPU seconds (median) and ratio "
+          f"to batch {arms[0][0]} with prefix sharing {arms[0][1]}; greedy completions equal to that setting's")
+    for arm in arms:
+        same = sum(a == b for a, b in zip(answers[arm], answers[arms[0]]))
+        print(f"  batch {arm[0]:4d}, shared prefix {arm[1]:3s}: {statistics.median(cpu[arm]):7.1f} s  "
+              f"x{statistics.median(cpu[arm]) / base:.2f}  {same}/{len(rows)} same")
 
 
 if __name__ == "__main__":

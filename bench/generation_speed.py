@@ -11,6 +11,10 @@ slows every setting alike; each setting reports the median over rounds.
 - gen_batch_32/64: `steps_per_generation: 2/4`, i.e. one generate call for 2/4 optimiser steps. Faster per
   completion, but it changes training: later steps learn from completions of an older policy (off-policy).
 - paged:          `use_transformers_paged: true` (transformers continuous batching, `generate_batch`).
+- shared_prefill: `share_prompt_prefill: true` (grpo_recipes/prefill.py: each distinct prompt prefilled once, the
+  batch's common prefix once; a dynamic cache).
+Times are CPU seconds of this process (one OpenMP thread unless OMP_NUM_THREADS says otherwise), so other load on the
+machine does not move them.
 
     python bench/generation_speed.py --threads [--busy 2]
 
@@ -67,20 +71,25 @@ def gen_config(tok, grpo, cache: str | None):
                             disable_compile=True)
 
 
-def run_generate(model, tok, prompt_ids, config, count_tokens: bool = False) -> int:
-    """-> completions made, or with count_tokens the tokens generated up to each completion's EOS."""
+def run_generate(model, tok, prompt_ids, config, count_tokens: bool = False, shared: bool = False) -> int:
+    """-> completions made, or with count_tokens the tokens generated up to each completion's EOS. `shared`: as
+    share_prompt_prefill generates."""
     from trl.trainer.utils import pad
 
-    from grpo_recipes.evaluate import _cut_at_eos
+    from grpo_recipes.evaluate import cut_at_eos
+    from grpo_recipes.prefill import generate_prefilled
 
     tensors = [torch.tensor(p) for p in prompt_ids]
     ids = pad(tensors, padding_value=tok.pad_token_id, padding_side="left")
     mask = pad([torch.ones_like(t) for t in tensors], padding_value=0, padding_side="left")
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        if shared:
+            out = generate_prefilled(model, model.generate, ids, mask, config, tok.pad_token_id)
+        else:
+            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     if not count_tokens:
         return len(prompt_ids)
-    return sum(len(c) for c in _cut_at_eos(out[:, ids.shape[1]:].tolist(), [tok.eos_token_id]))
+    return sum(len(c) for c in cut_at_eos(out[:, ids.shape[1]:].tolist(), [tok.eos_token_id]))
 
 
 def run_paged(model, tok, prompt_ids, config) -> int:
@@ -160,6 +169,7 @@ def main() -> None:
         "gen_batch_32": lambda: run_generate(model, tok, batch(2 * per_step), gen_config(tok, grpo, None)),
         "gen_batch_64": lambda: run_generate(model, tok, batch(4 * per_step), gen_config(tok, grpo, None)),
         "paged": lambda: run_paged(model, tok, batch(per_step), gen_config(tok, grpo, None)),
+        "shared_prefill": lambda: run_generate(model, tok, batch(per_step), gen_config(tok, grpo, None), shared=True),
     }
     rates: dict[str, list[float]] = {k: [] for k in settings}
     errors: dict[str, str] = {}
@@ -168,13 +178,13 @@ def main() -> None:
         for name, fn in settings.items():
             if name in errors:
                 continue
-            start = time.perf_counter()
+            start = time.process_time()
             try:
                 n = fn()
             except Exception as exc:  # an option this transformers/CPU combination does not support is a result
                 errors[name] = f"{type(exc).__name__}: {str(exc)[:120]}"
                 continue
-            rates[name].append(n / (time.perf_counter() - start))
+            rates[name].append(n / (time.process_time() - start))
         print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.2f}/s" for k, v in rates.items() if v), flush=True)
     base = statistics.median(rates["default"])
     print(f"\n{'setting':<14} {'completions/s':>14} {'ratio vs default':>17}")

@@ -174,6 +174,15 @@ class RecipeArguments:
                           "checkpointing and a plain full-attention model: otherwise it is off, and the start-up log "
                           "says why."},
     )
+    share_prompt_prefill: bool = field(
+        default=False,
+        metadata={"help": "In generation (transformers, not vLLM, whose prefix caching does this), prefill each "
+                          "distinct prompt once for all of its completions, and the batch's common prefix once "
+                          "(grpo_recipes/prefill.py): generate()'s tokens up to float rounding, for less compute when "
+                          "prompts are long against completions. Generation then uses a dynamic cache "
+                          "(cache_implementation is ignored). Off where it cannot work, and the start-up log says "
+                          "why."},
+    )
     # - demonstrations (features/demonstrations.py; an sft stage's targets too)
     demonstration_field: str | None = field(
         default=None,

@@ -11,6 +11,7 @@ from .alerts import AlertCallback, AlertConfig, default_detectors, sampling_dete
 from .diagnostics import correctness_index
 from .features.demonstrations import Demonstrations
 from .features.diagnostics import Diagnostics
+from .features.prefill import PromptPrefill
 from .features.sampling import Sampling
 from .features.sharing import PromptSharingFeature
 from .features.skip import SkipZeroAdvantage
@@ -20,7 +21,8 @@ from .trainer import RecipeTrainer
 
 # The trainer's features, in the order each hook reaches them: the skip's loss comes before prompt sharing's (a
 # skipped micro-batch runs no forward at all), the tool metrics before the rewards are kept.
-FEATURES = (ToolCalls, Demonstrations, Sampling, SkipZeroAdvantage, PromptSharingFeature, Diagnostics)
+FEATURES = (ToolCalls, Demonstrations, Sampling, SkipZeroAdvantage, PromptSharingFeature, PromptPrefill,
+            Diagnostics)
 
 
 class GRPOStage(Stage):

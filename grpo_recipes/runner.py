@@ -38,6 +38,7 @@ from .parsing import parse_recipe_args
 from .sft import SFTStage
 from .signals import exit_code
 from .stages import Stage, StagePlan
+from .trl_internals import fused_head_on_labels
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -259,7 +260,8 @@ def train_and_save(trainer, run: Run, stage: Stage | None = None, budget: CpuBud
     plan.step_offset = getattr(stage, "offset", 0)
     session = checkpoint.start(trainer, plan, training)  # checkpoint markers, retention, SIGTERM/SIGINT
     try:
-        trainer.train(resume_from_checkpoint=str(session.plan.resume_from) if session.plan.resume_from else None)
+        with fused_head_on_labels():
+            trainer.train(resume_from_checkpoint=str(session.plan.resume_from) if session.plan.resume_from else None)
     except RewardFailureRateExceeded as exc:
         return _reward_failure(trainer, exc)
     finally:

@@ -15,6 +15,7 @@ is what the features share:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -63,6 +64,13 @@ class RecipeTrainer(HookedGRPOTrainer):
     def before_generation(self, prompts):
         for feature in self.features:
             feature.before_generation(self, prompts)
+
+    @contextlib.contextmanager
+    def generating(self):
+        with contextlib.ExitStack() as stack:
+            for feature in self.features:
+                stack.enter_context(feature.generating(self))
+            yield
 
     def generated(self, prompts, output):
         for feature in self.features:

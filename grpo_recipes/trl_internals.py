@@ -5,7 +5,8 @@ The rest of the package uses public names. What it needs from TRL's internals it
   helpers for the private state those hooks read or write:
 
       TRL's private step                               hook(s), called with the same arguments
-      _generate(prompts)                               before_generation(prompts); generated(prompts, output)
+      _generate(prompts)                               before_generation(prompts); generating(): a context
+                                                       TRL's generation runs in; generated(prompts, output)
       _calculate_rewards(inputs, prompts, ...)         scored_rewards(inputs, prompts, completions, completion_ids,
                                                        rewards)
       _generate_and_score_completions(inputs)          scoring_batch(inputs); refilled(inputs, output);
@@ -26,7 +27,8 @@ The rest of the package uses public names. What it needs from TRL's internals it
   and the module-level name GRPOTrainer.__init__ builds that backend through (vllm_cpu_sync.py);
 - `seeded_repeat_sampler(dataloader)`, `set_epoch_order(sampler, epoch)`: TRL's RepeatSampler (checkpoint.py);
 - `prompt_key_values`, `fused_logps_after`, `non_full_attention_cache`: the model's key/value cache layers
-  (transformers' DynamicCache / DynamicLayer) and TRL's fused LM head (prompt_sharing.py).
+  (transformers' DynamicCache / DynamicLayer) and TRL's fused LM head (prompt_sharing.py);
+- `fused_head_on_labels()`: TRL's fused LM head scoring only the positions with a label on CPU too (runner.py).
 
 CONTRACT lists each internal name relied on: where it lives, what is relied on (a signature's parameters, an
 attribute, a module-level name, a class's fields), and what breaks without it. tests/test_trl_contract.py checks every
@@ -138,6 +140,9 @@ CONTRACT = (
           breaks="a resumed run's data order: checkpoint.py re-derives the sampler's generator for the epoch"),
     Entry("fused_lm_head", "trl.trainer.utils:add_fused_lm_head", FORWARD_KEYWORDS, keywords=("shift_labels",),
           breaks="share_prompt_forward: a row's log-probabilities from the fused LM head GRPOTrainer adds"),
+    Entry("_use_triton", "trl.trainer.utils", MODULE_NAME, same_as="trl.kernels.chunked_logprob:_use_triton",
+          breaks="fused_head_on_labels: the fused LM head scores every position on CPU again (a slower sft stage, "
+                 "the same loss)"),
     Entry("FusedCausalLMOutput", "trl.trainer.utils", FIELDS, params=("log_probs", "entropy"),
           breaks="share_prompt_forward: the fused forward's per-token log-probabilities and entropies"),
     Entry("DynamicCache", "transformers.cache_utils", METHOD, params=("ddp_cache_data",), keywords=("config",),
@@ -278,6 +283,10 @@ class HookedGRPOTrainer(GRPOTrainer):
     def before_generation(self, prompts) -> None:
         """Right before TRL generates for `prompts` (its per-rollout tool tables are built: tool_tables())."""
 
+    def generating(self):
+        """A context manager TRL's generation for the prompts of before_generation runs inside."""
+        return nullcontext()
+
     def generated(self, prompts, output):
         """TRL's generation output for `prompts` (prompt_ids, completion_ids, tool_mask, completions, logprobs,
         ...), as the scoring will read it."""
@@ -358,7 +367,9 @@ class HookedGRPOTrainer(GRPOTrainer):
 
     def _generate(self, prompts):
         self.before_generation(prompts)
-        return self.generated(prompts, super()._generate(prompts))
+        with self.generating():
+            output = super()._generate(prompts)
+        return self.generated(prompts, output)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -510,3 +521,27 @@ def fused_logps_after(model, key_values, input_ids: torch.Tensor, labels: torch.
     arg, _ = _cache_names(model)
     out = model(input_ids=input_ids, **{arg: DynamicCache(key_values)}, shift_labels=labels, fused_lm_head=True)
     return out.log_probs, out.entropy
+
+
+# ---------------------------------------------------------------------------------------------- the fused LM head
+
+
+@contextmanager
+def fused_head_on_labels():
+    """While it lasts, TRL's fused LM head (add_fused_lm_head: SFTTrainer's loss, GRPOTrainer's log-probabilities)
+    projects only the positions that have a label onto the vocabulary, on CPU as on Triton devices.
+
+    TRL scores every position elsewhere than on Triton devices, so that tile shapes stay fixed for compilers (Neuron).
+    On CPU nothing compiles, and a position without a label (a prompt token: 55 of the ~73 tokens of a math default
+    sft row) is a vocabulary projection whose result is masked to zero. Scoring the labelled positions alone gives the
+    same loss, entropy, accuracy and gradient (tests/test_trl_contract.py) at 0.80x the CPU time of the math default's
+    sft micro-batches (bench/fused_head.py). Which positions are scored is decided by this one name in
+    trl.trainer.utils; the kernels read their own.
+    """
+    module = importlib.import_module("trl.trainer.utils")
+    original = module._use_triton
+    module._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        module._use_triton = original

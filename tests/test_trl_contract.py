@@ -6,6 +6,7 @@ checked against what trl_internals.py really uses, and the hooks against TRL's o
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 
 import pytest
@@ -170,6 +171,12 @@ class Recorder(HookedGRPOTrainer):
     def before_generation(self, prompts):
         self.calls.append(("before_generation", prompts))
 
+    @contextlib.contextmanager
+    def generating(self):
+        self.calls.append(("generating",))
+        yield
+        self.calls.append(("generating done",))
+
     def generated(self, prompts, output):
         self.calls.append(("generated", prompts, output))
         return output + "+hooked"
@@ -207,9 +214,10 @@ def test_trls_private_steps_call_the_hooks(monkeypatch):
     assert trl_calls == []
     assert t._get_per_token_logps_and_entropies("m", "ids", "mask", 3, 8, compute_entropy=False) == "trl"
     assert trl_calls == [(("m", "ids", "mask", 3, 8), {"compute_entropy": False})]
-    assert [c[0] for c in t.calls] == ["before_generation", "generated", "scored_rewards", "scoring_batch",
+    assert [c[0] for c in t.calls] == ["before_generation", "generating", "generating done", "generated",
+                                       "scored_rewards", "scoring_batch",
                                        "scored_batch", "shared_logps", "shared_logps"]
-    assert t.calls[2] == ("scored_rewards", ["i"], ["p"], ["c"], [[1]], 10)
+    assert t.calls[4] == ("scored_rewards", ["i"], ["p"], ["c"], [[1]], 10)
 
 
 def test_reward_logging_is_muted_only_inside_the_block_and_tool_tables_fail_loudly():
@@ -230,3 +238,35 @@ def test_reward_logging_is_muted_only_inside_the_block_and_tool_tables_fail_loud
     assert t.tool_tables() == [{"calc": print}]
     t._metrics = {"train": {"x": [1.0]}}
     assert t.metrics("train") == {"x": [1.0]}
+
+
+def test_the_fused_head_scores_only_labelled_positions_on_cpu_with_the_same_loss_and_gradient(tiny_model_dir,
+                                                                                               monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer import utils as trl_utils
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    scored, apply = [], trl_utils._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply",
+                        lambda hidden, *rest: scored.append(hidden.size(0)) or apply(hidden, *rest))
+    ids = torch.randint(5, 200, (2, 12))
+    labels = ids.clone()
+    labels[0, :7], labels[1, :9] = -100, -100  # prompts of 7 and 9 tokens: 5 + 3 labelled positions
+
+    def step():
+        model.zero_grad()
+        out = model(input_ids=ids, labels=labels, fused_lm_head=True)
+        out.loss.backward()
+        return out, [p.grad.clone() for p in model.parameters()]
+
+    every, every_grads = step()
+    with trl_internals.fused_head_on_labels():
+        labelled, labelled_grads = step()
+    step()
+    assert scored == [2 * 11, 5 + 3, 2 * 11]  # every shifted position, the labelled ones, every one again
+    assert torch.allclose(labelled.loss, every.loss)
+    for name in ("log_probs", "entropy", "is_top1"):
+        assert torch.allclose(getattr(labelled, name).float(), getattr(every, name).float(), atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(labelled_grads, every_grads))

@@ -9,6 +9,8 @@ trainer (trl_internals.HookedGRPOTrainer's public helpers, RecipeTrainer's glue:
 
 from __future__ import annotations
 
+import contextlib
+
 
 class TrainerFeature:
     reads_rewards = False  # RecipeTrainer keeps the batch's gathered rewards for it (captured_rewards)
@@ -39,6 +41,10 @@ class TrainerFeature:
 
     def before_generation(self, trainer, prompts) -> None:
         pass
+
+    def generating(self, trainer):
+        """A context manager TRL's generation runs inside (after before_generation)."""
+        return contextlib.nullcontext()
 
     def generated(self, trainer, prompts, output):
         return output
