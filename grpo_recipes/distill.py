@@ -39,6 +39,7 @@ from trl import DistillationTrainer, get_peft_config
 from . import bundled, models, registry, vllm_support
 from .alerts import AlertCallback, AlertConfig, distill_detectors
 from .budget import StepClock
+from .checkpoint import CheckpointCallback
 from .config import DistillLogitsConfig
 from .config_files import read_yaml
 from .data import question_key
@@ -657,6 +658,10 @@ class DistillCallback(StepClock):
         tokens = sum(n for _, n in parts)
         return sum(t for t, _ in parts) / tokens if tokens else None
 
+    def _interrupted(self) -> bool:
+        return any(isinstance(c, CheckpointCallback) and c.stopped_at is not None
+                   for c in self.trainer.callback_handler.callbacks)
+
     def on_train_begin(self, args, state, control, **kwargs):
         summary = read_summary(self.folder)
         if "start" in summary:
@@ -684,7 +689,7 @@ class DistillCallback(StepClock):
         steps = summary.get("student_train_cpu_seconds", 0.0) + all_processes(self.used_s)
         summary["student_train_cpu_seconds"] = steps
         summary["distill_cpu_seconds"] = summary.get("teacher_sampling_cpu_seconds", 0.0) + steps
-        if state.global_step < state.max_steps:  # stopped by a signal: the resumed stage ends it
+        if self._interrupted():  # the resumed stage ends it; a stage the CPU budget ended is over: summed up below
             write_summary(self.folder, summary)
             return
         if state.is_world_process_zero:

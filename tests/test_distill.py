@@ -303,6 +303,18 @@ def test_the_stage_records_its_cpu_without_the_evaluations(tiny_model_dir, run_e
     assert summary["teacher_cpu_seconds"] == pytest.approx(sampling + summary["teacher_eval_cpu_seconds"])
 
 
+def test_a_stage_the_cpu_budget_ends_is_summed_up_as_a_finished_one(tiny_model_dir, run_env):
+    """max_cpu_minutes spent in the distill stage ends the run there, before the stage's max_steps: its summary still
+    gets the student's end (accuracy, NLL) and gain. Only a signal leaves that to the resumed stage."""
+    out = run_env / "out"
+    assert main("math", MATH, _args(tiny_model_dir, out, [traces(tiny_model_dir, max_steps=3), {"name": "grpo"}],
+                                    "--report_to", "none", "--max_cpu_minutes", "1e-6")) == 0
+    summary = json.loads((out / "stages" / "1-distill" / distill.SUMMARY).read_text())
+    assert summary["student"]["start"]["step"] == 0 and summary["student"]["end"]["step"] == 1
+    assert summary["end"]["student_nll"] > 0 and "student_gain" in summary
+    assert (out / "model.safetensors").is_file()  # the run's model: the grpo stage did not run
+
+
 def test_two_processes_share_the_sampling_and_train_the_stage(tiny_model_dir, run_env):
     out = run_env / "out"
     launcher = ("-m", "accelerate.commands.launch", "--config_file", str(REPO / "accelerate_configs/cpu_ddp.yaml"))
