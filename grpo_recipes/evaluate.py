@@ -388,42 +388,62 @@ class HeldOutEvalCallback(TrainerCallback):
 
     def _write_summary(self) -> None:
         start, end = self.history[0], self.history[-1]
-        gain = paired_gain(self._first, self._latest, self.settings.threshold)
+        t = self.settings.threshold
+        gain = paired_gain(self._first, self._latest, t)
+        sampled = paired_gain(self._first, self._latest, t, solved_sampled)  # None when greedy only (eval_k 0)
         summary = {"rows": end["rows"], "k": self.settings.k, "start": start, "end": end, "greedy_gain": gain,
-                   "evaluations": self.history}
+                   "sampled_gain": sampled, "evaluations": self.history}
         if len(self._stage_ends) > 1:  # what each stage added, paired by question
             before, start_step, stages = self._first, start["step"], []
             for end_ in self._stage_ends:
                 stages.append({"stage": end_["stage"], "from_step": start_step, "to_step": end_["step"],
-                               "greedy_gain": paired_gain(before, end_["records"], self.settings.threshold)})
+                               "greedy_gain": paired_gain(before, end_["records"], t),
+                               "sampled_gain": paired_gain(before, end_["records"], t, solved_sampled)})
                 before, start_step = end_["records"], end_["step"]
             summary["stages"] = stages
         self.output_dir.mkdir(parents=True, exist_ok=True)
         (self.output_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        # What the model learned, question by question: the greedy completions before and after.
+        # What the model learned, question by question: the greedy completions before and after (and with eval_k,
+        # the share of the samples that solve it).
+        def side(record: dict, evaluation: dict) -> dict:
+            sampled = {"sampled": solved_sampled(record, t)} if self.settings.k else {}
+            return {"step": evaluation["step"], "correct": record["greedy"], "completion": record["completion"],
+                    **sampled}
+
         acc = self.trainer.accelerator
         rows = [r for p in range(acc.num_processes) for r in self.rows[p :: acc.num_processes]]  # gather order
         with open(self.output_dir / "eval_completions.jsonl", "w") as f:
             for row, a, b in zip(rows, self._first, self._latest, strict=True):
                 f.write(json.dumps({"question": row.get("question"), "answer": row.get("answer"),
-                                    "start": {"step": start["step"], "correct": a["greedy"], "completion": a["completion"]},
-                                    "end": {"step": end["step"], "correct": b["greedy"], "completion": b["completion"]}},
-                                   ensure_ascii=False) + "\n")
-        self.trainer.accelerator.print(format_before_after(start, end, gain))
+                                    "start": side(a, start), "end": side(b, end)}, ensure_ascii=False) + "\n")
+        self.trainer.accelerator.print(format_before_after(start, end, gain, sampled))
         for s in summary.get("stages", ()):
-            g = s["greedy_gain"]
-            if g is not None:
+            parts = [f"{label} {g['gain']:+.3f} +- {g['se']:.3f} SE" for label, g in
+                     (("pass@1", s["greedy_gain"]), ("pass@1 (sampled)", s["sampled_gain"])) if g is not None]
+            if parts:
                 self.trainer.accelerator.print(f"  stage {s['stage']:<5} steps {s['from_step']}-{s['to_step']}: "
-                                               f"pass@1 {g['gain']:+.3f} +- {g['se']:.3f} SE (paired)")
+                                               f"{', '.join(parts)} (paired)")
 
 
-def paired_gain(first: list[dict], last: list[dict], threshold: float) -> dict | None:
-    """Greedy pass@1 gain from the first to the last evaluation over the rows both scored, with its standard error.
+def solved_greedy(record: dict, threshold: float) -> float | None:
+    return None if record["greedy"] is None else float(record["greedy"] >= threshold)
+
+
+def solved_sampled(record: dict, threshold: float) -> float | None:
+    """The share of the row's scored samples that solve it; None without any (greedy only, or none scorable)."""
+    scored = [s for s in record["samples"] if s is not None]
+    return sum(s >= threshold for s in scored) / len(scored) if scored else None
+
+
+def paired_gain(first: list[dict], last: list[dict], threshold: float, solved=solved_greedy) -> dict | None:
+    """Pass@1 gain from the first to the last evaluation over the rows both scored, with its standard error: greedy,
+    or with `solved=solved_sampled` the rows' sampled accuracy (what GRPO's reward optimises; greedy decoding can
+    hide a policy that samples right more often, and a gain on the trained questions only).
 
     The rows are the same questions both times, so the per-row differences are paired: their spread (not that of two
     independent proportions) is the noise of the gain. -> {"gain", "se", "rows"} or None when nothing was scored."""
-    diffs = [float(b["greedy"] >= threshold) - float(a["greedy"] >= threshold)
-             for a, b in zip(first, last, strict=True) if a["greedy"] is not None and b["greedy"] is not None]
+    pairs = [(solved(a, threshold), solved(b, threshold)) for a, b in zip(first, last, strict=True)]
+    diffs = [b - a for a, b in pairs if a is not None and b is not None]
     if not diffs:
         return None
     n = len(diffs)
@@ -432,7 +452,7 @@ def paired_gain(first: list[dict], last: list[dict], threshold: float) -> dict |
     return {"gain": mean, "se": (var / n) ** 0.5, "rows": n}
 
 
-def format_before_after(start: dict, end: dict, gain: dict | None = None) -> str:
+def format_before_after(start: dict, end: dict, gain: dict | None = None, sampled: dict | None = None) -> str:
     lines = [f"held-out evaluation, {end['rows']} rows (step {start['step']} -> step {end['step']}):"]
     for key, label in (("pass_at_1", "pass@1 (greedy)"), ("pass_at_k", f"pass@{end['k']}"),
                        ("pass_at_1_sampled", "pass@1 (sampled)"), ("format_rate", "format rate"),
@@ -441,8 +461,9 @@ def format_before_after(start: dict, end: dict, gain: dict | None = None) -> str
         if a is None and b is None:
             continue
         delta = f"{b - a:+.3f}" if a is not None and b is not None else "n/a"
-        if key == "pass_at_1" and gain is not None:
-            delta += f" +- {gain['se']:.3f} SE, paired over {gain['rows']} rows"
+        paired = {"pass_at_1": gain, "pass_at_1_sampled": sampled}.get(key)
+        if paired is not None:
+            delta += f" +- {paired['se']:.3f} SE, paired over {paired['rows']} rows"
         fa, fb = ("n/a" if v is None else f"{v:.3f}" for v in (a, b))
         lines.append(f"  {label:<18} {fa:>8} -> {fb:>8}  ({delta})")
     return "\n".join(lines)

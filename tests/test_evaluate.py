@@ -240,6 +240,12 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     lines = [json.loads(line) for line in (out / "eval_completions.jsonl").read_text().splitlines()]
     assert len(lines) == 8 and all(r["question"] and r["start"]["step"] == 0 and r["end"]["step"] == 2 for r in lines)
     assert sum(bool(r["end"]["correct"]) for r in lines) / 8 == summary["end"]["pass_at_1"]
+    # With eval_k, the samples' accuracy too: per question in the completions file, paired in the summary.
+    for when in ("start", "end"):
+        assert sum(r[when]["sampled"] for r in lines) / 8 == pytest.approx(summary[when]["pass_at_1_sampled"])
+    sampled = summary["sampled_gain"]
+    assert sampled["rows"] == 8 and sampled["gain"] == pytest.approx(
+        summary["end"]["pass_at_1_sampled"] - summary["start"]["pass_at_1_sampled"])
     assert "held-out evaluation, 8 rows (step 0 -> step 2)" in proc.stdout
     # What can honestly be asserted of a random tiny model: 2 steps raise none of the training alerts, as patience (5)
     # is not reached (its completions all hit the length limit); that healthy training stays silent is shown on
@@ -260,3 +266,19 @@ def test_paired_gain_uses_the_spread_of_per_question_differences():
     same = paired_gain(rec(1.0, 0.0), rec(1.0, 0.0), threshold=1.0)
     assert same == {"gain": 0.0, "se": 0.0, "rows": 2}  # nothing changed: no noise to report
     assert paired_gain(rec(None), rec(1.0), threshold=1.0) is None
+
+
+def test_the_sampled_gain_pairs_each_questions_share_of_solving_samples():
+    from grpo_recipes.evaluate import paired_gain, solved_sampled
+
+    rec = lambda *samples: [{"greedy": 1.0, "samples": list(s)} for s in samples]  # noqa: E731
+    # Greedy is right throughout, so its gain is 0; the samples go from 1/4 to 3/4 on the first question and stay at
+    # 2/4 on the second (an unscorable sample is left out of its row's share); the third row has no scored sample.
+    first = rec((1.0, 0.0, 0.0, 0.0), (1.0, 1.0, None, 0.0, 0.0), (None,))
+    last = rec((1.0, 1.0, 1.0, 0.0), (0.0, 1.0, 1.0, 0.0), (1.0,))
+    assert paired_gain(first, last, threshold=1.0)["gain"] == 0.0
+    g = paired_gain(first, last, threshold=1.0, solved=solved_sampled)
+    assert g["rows"] == 2 and g["gain"] == pytest.approx(0.25)
+    assert g["se"] == pytest.approx(0.25)  # differences (+0.5, 0): sample sd 0.354, over sqrt(2)
+    # Greedy only (eval_k 0): there is no sampled gain to report, not a gain of zero.
+    assert paired_gain(rec(()), rec(()), threshold=1.0, solved=solved_sampled) is None
