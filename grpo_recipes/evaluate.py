@@ -406,9 +406,9 @@ class HeldOutEvalCallback(TrainerCallback):
         # What the model learned, question by question: the greedy completions before and after (and with eval_k,
         # the share of the samples that solve it).
         def side(record: dict, evaluation: dict) -> dict:
-            sampled = {"sampled": solved_sampled(record, t)} if self.settings.k else {}
+            share = {"sampled": solved_sampled(record, t)} if self.settings.k else {}
             return {"step": evaluation["step"], "correct": record["greedy"], "completion": record["completion"],
-                    **sampled}
+                    **share}
 
         acc = self.trainer.accelerator
         rows = [r for p in range(acc.num_processes) for r in self.rows[p :: acc.num_processes]]  # gather order
