@@ -226,10 +226,7 @@ def _mean(values: list[float]) -> float | None:
 def summarise(records: list[dict], settings: EvalSettings, has_format: bool, seconds: float = 0.0) -> EvalResult:
     t, k = settings.threshold, settings.k
     greedy = [r["greedy"] for r in records if r["greedy"] is not None]
-    counts = []  # (scored samples, solved samples) per row
-    for r in records:
-        scored = [s for s in r["samples"] if s is not None]
-        counts.append((len(scored), sum(s >= t for s in scored)))
+    counts = [sample_counts(r, t) for r in records]
     return EvalResult(
         pass_at_1=_mean([float(g >= t) for g in greedy]),
         pass_at_k=_mean([pass_at_k(n, c, k) for n, c in counts if n >= k]) if k else None,
@@ -429,10 +426,16 @@ def solved_greedy(record: dict, threshold: float) -> float | None:
     return None if record["greedy"] is None else float(record["greedy"] >= threshold)
 
 
+def sample_counts(record: dict, threshold: float) -> tuple[int, int]:
+    """(scored samples, solving samples) of a row: unscorable (None) samples count in neither."""
+    scored = [s for s in record["samples"] if s is not None]
+    return len(scored), sum(s >= threshold for s in scored)
+
+
 def solved_sampled(record: dict, threshold: float) -> float | None:
     """The share of the row's scored samples that solve it; None without any (greedy only, or none scorable)."""
-    scored = [s for s in record["samples"] if s is not None]
-    return sum(s >= threshold for s in scored) / len(scored) if scored else None
+    n, solved = sample_counts(record, threshold)
+    return solved / n if n else None
 
 
 def paired_gain(first: list[dict], last: list[dict], threshold: float, solved=solved_greedy) -> dict | None:
