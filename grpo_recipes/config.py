@@ -149,7 +149,9 @@ class RecipeArguments:
         default=None, metadata={"help": "Completion length limit for held-out evaluation (default max_completion_length)."}
     )
     eval_generation_batch_size: int = field(
-        default=16, metadata={"help": "Held-out prompts per generate call."}
+        default=16, metadata={"help": "Held-out prompts per generate call: the greedy pass and each of the eval_k "
+                                      "sampling passes (one sample per prompt each) hold this many rows, which bounds "
+                                      "the evaluation's memory."}
     )
     # GRPO features, each one module of grpo_recipes/features/ (its trainer code, checks and wiring)
     # - diagnostics (features/diagnostics.py, diagnostics.py)

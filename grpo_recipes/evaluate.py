@@ -125,23 +125,28 @@ def cut_at_eos(sequences: list[list[int]], eos_ids: list[int]) -> list[list[int]
 @torch.no_grad()
 def generate_greedy_and_sampled(model, prompt_ids: list[list[int]], greedy: GenerationConfig,
                                 sampled: GenerationConfig, k: int, eos_ids: list[int], share_prefix: bool = True):
-    """-> (one greedy completion per prompt, k sampled completions per prompt), token ids up to the first EOS.
+    """-> (one greedy completion per prompt, k sampled completions per prompt, prompt by prompt), token ids up to
+    the first EOS.
 
     generate() would prefill every prompt in full, once per returned sequence: k + 1 times. Here the prompts are
     prefilled once (prefill.py: the batch's common prefix once, each prompt's rest once) and the cache is copied for
-    the greedy pass and repeated k times for the samples: the same tokens as generate(), 0.62x the CPU of the
-    default's evaluation (bench/eval_batch.py). `share_prefix=False` runs each prompt in full, once.
+    the greedy pass and for each of k sampling passes, one sample per prompt each: the tokens of generate() called
+    the same way, 0.62x the CPU of the default's evaluation (bench/eval_batch.py). A pass holds as many rows as the
+    greedy one: k samples in one call held k times the KV cache (64 prompts, eval_k 4: a 2.9 GB peak against 1.85
+    GB, for 1.2-1.3x the sampled pass's CPU; bench/results/learning_budget15.md, session 18). `share_prefix=False`
+    runs each prompt in full, once.
     """
     ready = prefill(model, prompt_ids, greedy.pad_token_id, share_prefix, always=k > 0)
     start = ready.ids.size(1)
     everyone = torch.arange(len(prompt_ids), device=ready.ids.device)
     ids, mask, cache = ready.rows(everyone) if k > 0 else (ready.ids, ready.mask, ready.cache)
     g = model.generate(input_ids=ids, attention_mask=mask, cache=cache, generation_config=greedy)
-    if k == 0:
-        return cut_at_eos(g[:, start:].tolist(), eos_ids), []
-    ids, mask, cache = ready.rows(everyone.repeat_interleave(k))
-    s = model.generate(input_ids=ids, attention_mask=mask, cache=cache, generation_config=sampled)
-    return cut_at_eos(g[:, start:].tolist(), eos_ids), cut_at_eos(s[:, start:].tolist(), eos_ids)
+    passes = []
+    for _ in range(k):
+        ids, mask, cache = ready.rows(everyone)
+        s = model.generate(input_ids=ids, attention_mask=mask, cache=cache, generation_config=sampled)
+        passes.append(cut_at_eos(s[:, start:].tolist(), eos_ids))
+    return cut_at_eos(g[:, start:].tolist(), eos_ids), [p[i] for i in range(len(prompt_ids)) for p in passes]
 
 
 def score(func, rows: list[dict], completion_ids: list[list[int]], texts: list[str], per_row: int,

@@ -83,7 +83,8 @@ def tiny(tiny_model_dir):
 
 
 def test_shared_prefill_generates_what_plain_generate_does(tiny):
-    """One prompt prefill reused for the greedy pass and the k samples: the same tokens as generate() on its own."""
+    """One prompt prefill reused for the greedy pass and k sampling passes of one sample per prompt each: the same
+    tokens as generate() on its own, called the same way, the samples prompt by prompt."""
     model, tok = tiny
     model.eval()
     questions = ["1+1?", "What is the sum of seventeen and twenty-five, written as a number in a box?", "3-2"]
@@ -105,8 +106,9 @@ def test_shared_prefill_generates_what_plain_generate_does(tiny):
 
     torch.manual_seed(7)
     assert greedy == plain(greedy_cfg, 1)
-    assert sampled == plain(sample_cfg, 3)
-    assert len(sampled) == 9
+    passes = [plain(sample_cfg, 1) for _ in range(3)]
+    assert sampled == [p[i] for i in range(3) for p in passes]
+    assert len(sampled) == 9 and len({tuple(s) for s in sampled}) > 3  # distinct samples: each pass draws anew
 
 
 def test_evaluate_is_seeded_restores_mode_and_leaves_training_rng_alone(tiny):
