@@ -1,8 +1,9 @@
-"""Where the files shipped with grpo-recipes are: the rewards, tools and tasks, and the recipe configs with their data.
+"""Where the files shipped with grpo-recipes are: the rewards, tools and tasks, the recipes with their configs and
+data, and the Accelerate configs.
 
-In a checkout (and an editable install) they are the repository's rewards/ and recipes/ folders. A wheel carries
-copies inside the package, grpo_recipes/bundled_rewards, bundled_tools, bundled_tasks and bundled_recipes (pyproject.toml), because
-the repository is not there after `pip install grpo-recipes`. A leaf: it imports nothing from the package.
+In a checkout (and an editable install) they are the repository's rewards/, tools/, tasks/, recipes/ and
+accelerate_configs/ folders. A wheel carries copies inside the package, grpo_recipes/bundled_* (setup.py), because the
+repository is not there after `pip install grpo-recipes`. A leaf: it imports nothing from the package.
 """
 
 from __future__ import annotations
@@ -35,6 +36,29 @@ def tasks_dir() -> Path:
 def recipes_dir() -> Path:
     """The shipped recipes folder: configs/*.yaml, and data/ that the configs name relative to themselves."""
     return _shipped("bundled_recipes", "recipes")
+
+
+def accelerate_configs_dir() -> Path:
+    """The shipped Accelerate configs (accelerate_configs/*.yaml)."""
+    return _shipped("bundled_accelerate_configs", "accelerate_configs")
+
+
+def accelerate_config(value: str) -> Path:
+    """An --accelerate-config value: a file (a path with a folder or a suffix), or the name of a shipped config
+    (`cpu_ddp`: accelerate_configs/cpu_ddp.yaml), which works from an installed wheel too."""
+    path = Path(value)
+    if path.suffix or len(path.parts) > 1:
+        return path
+    return accelerate_configs_dir() / f"{value}.yaml"
+
+
+def accelerate_config_names() -> list[str]:
+    return sorted(p.stem for p in accelerate_configs_dir().glob("*.yaml"))
+
+
+def recipe_script(recipe: str) -> Path:
+    """A shipped recipe's script by name (`math`: recipes/math_grpo.py), for `grpo-recipes launch`."""
+    return recipes_dir() / f"{recipe}_grpo.py"
 
 
 def recipe_config(recipe: str) -> Path:

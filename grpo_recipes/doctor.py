@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import get_json_schema
 
-from . import registry, sandbox, tools, tracking
+from . import bundled, registry, sandbox, tools, tracking
 from .batching import batch_problems
 from .config_files import read_yaml
 from .data import load_splits
@@ -153,7 +153,7 @@ def accelerate_row(acc: dict | None, path: str | None, gpus: int, training=None,
             processes = n or 1
         elif not gpus:
             return Row("accelerate", "FAIL", f"{where}, on GPUs (use_cpu false), but no GPU is visible",
-                       "train on the CPU: --accelerate-config accelerate_configs/cpu.yaml (cpu_ddp.yaml for two "
+                       "train on the CPU: --accelerate-config cpu (cpu_ddp for two "
                        "processes), or make the GPUs visible (CUDA_VISIBLE_DEVICES)")
         elif n and n > gpus:
             return Row("accelerate", "FAIL", f"{where}, but only {gpus} GPU(s) are visible",
@@ -162,10 +162,10 @@ def accelerate_row(acc: dict | None, path: str | None, gpus: int, training=None,
             processes = n or gpus
         if dist == "NO" and processes > 1:
             return Row("accelerate", "FAIL", f"{where}: distributed_type NO runs one process",
-                       "accelerate_configs/multi_gpu.yaml (or zero2/zero3/fsdp2.yaml), or num_processes: 1")
+                       "--accelerate-config multi_gpu (or zero2, zero3, fsdp2), or num_processes: 1")
         if dist == "MULTI_GPU" and processes < 2 and not cpu:
             return Row("accelerate", "FAIL", f"{where}: Accelerate refuses MULTI_GPU with one process",
-                       "accelerate_configs/single_gpu.yaml")
+                       "--accelerate-config single_gpu")
     if training is not None and hasattr(training, "num_generations"):
         # The values the config set: GRPOConfig.__post_init__ fills generation_batch_size and steps_per_generation.
         keys = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "eval_strategy",
@@ -413,11 +413,11 @@ def uses_sandbox(recipe) -> bool:
 
 def diagnose(recipe_name: str | None, argv: list[str], accelerate_config: str | None = None) -> list[Row]:
     """Every check for the config `argv` names (`--config X` and flags), as the run would see it."""
-    acc_path = accelerate_config or (default_config_file if Path(default_config_file).is_file() else None)
+    acc_path = str(bundled.accelerate_config(accelerate_config)) if accelerate_config else (default_config_file if Path(default_config_file).is_file() else None)
     try:
         acc = read_yaml(acc_path, "--accelerate-config") if acc_path else None
     except ConfigError as exc:
-        return [Row("accelerate", "FAIL", "; ".join(exc.problems), "an existing file: accelerate_configs/cpu.yaml")]
+        return [Row("accelerate", "FAIL", "; ".join(exc.problems), "an existing file, or a shipped config's name: " + ", ".join(bundled.accelerate_config_names()))]
     cpu_wanted = bool(acc and acc.get("use_cpu"))
     present, gpus, cuda_build = gpus_present(), visible_gpus(), torch.version.cuda is not None
     try:

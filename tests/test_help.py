@@ -91,3 +91,28 @@ def test_eval_help_names_every_recipe(capsys):
     assert exit_info.value.code == 0
     text = _flat(capsys.readouterr().out)
     assert f"--recipe RECIPE recipe name: {', '.join(names)} " in text
+
+
+def test_train_runs_a_shipped_recipe_by_name_or_any_config(monkeypatch, capsys):
+    """`grpo-recipes train` is what the recipe scripts do: a shipped recipe by name with its default config, or any
+    config named after its task; every other argument reaches the recipe; --help lists the recipe's fields."""
+    from grpo_recipes import bundled
+    from grpo_recipes.cli import main, train
+
+    calls = []
+    monkeypatch.setattr(train, "main", lambda name, default_config=None, argv=None: calls.append(
+        (name, default_config, argv)) or 0)
+    assert main(["train", "--recipe", "json", "--max_steps", "3"]) == 0
+    assert main(["train", "--config", "my.yaml", "--seed", "1"]) == 0
+    assert main(["train"]) == 0
+    assert calls == [("json", bundled.recipe_config("json"), ["--max_steps", "3"]),
+                     (None, None, ["--config", "my.yaml", "--seed", "1"]),
+                     ("math", bundled.recipe_config("math"), [])]
+    assert main(["train", "--recipe", "jsno"]) == 2 and "not a shipped recipe (agent, code, json, math)" in \
+        capsys.readouterr().err
+    monkeypatch.undo()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--recipe", "json", "--help"])
+    assert exit_info.value.code == 0
+    text = _flat(capsys.readouterr().out)
+    assert "grpo-recipes train --recipe json --max_steps 20" in text and "--learning_rate" in text

@@ -364,6 +364,20 @@ def test_options_refused_after_the_recipe_path_are_the_launchers_own(capsys):
     assert shown == set(LAUNCHER_FLAGS)
 
 
+def test_shipped_recipes_and_accelerate_configs_are_found_by_name_outside_a_checkout(capsys, monkeypatch, tmp_path):
+    """As from an installed wheel: `launch --accelerate-config cpu_ddp math` names the shipped files (bundled.py), so
+    the trainer's command works from any folder; an unknown name lists the shipped ones."""
+    from grpo_recipes import bundled
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["launch", "--accelerate-config", "cpu_ddp", "--dry-run", "math", "--max_steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"--config_file {bundled.accelerate_configs_dir() / 'cpu_ddp.yaml'}" in out
+    assert f"{bundled.recipes_dir() / 'math_grpo.py'} --max_steps 1" in out
+    assert cli.main(["launch", "--accelerate-config", "cpu_dpd", "--dry-run", "math"]) == 2
+    assert "neither a file nor a shipped config (cpu, cpu_ddp," in capsys.readouterr().err
+
+
 def test_cli_reports_a_bad_layout_and_exits_2(capsys):
     assert cli.main(["launch", "--accelerate-config", "accelerate_configs/single_gpu.yaml", "--gpus", "0",
                      "--dry-run", RECIPE, "--config", GPU_CFG]) == 2

@@ -1,4 +1,4 @@
-"""`grpo-recipes` command: `rewards` (list, check), `eval`, `launch` and `doctor`, one module per subcommand.
+"""`grpo-recipes` command: `train`, `rewards` (list, check), `eval`, `launch` and `doctor`, one module per subcommand.
 
 Each module has `register(subparsers)`, whose parser sets `func(args) -> exit code`. Only the module of the
 subcommand being run is imported (all of them for `--help`): `launch` needs neither TRL nor the datasets stack, and
@@ -12,6 +12,7 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
+    "train": "grpo_recipes.cli.train",
     "rewards": "grpo_recipes.cli.rewards",
     "eval": "grpo_recipes.cli.eval",
     "launch": "grpo_recipes.cli.launch",
@@ -27,5 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, module in SUBCOMMANDS.items():
         if wanted in (None, name):
             importlib.import_module(module).register(sub)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "takes_recipe_flags", False):  # `train`: what follows its own options are the recipe's flags
+        args.recipe_flags = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     return int(args.func(args) or 0)

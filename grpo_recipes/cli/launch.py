@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
-import torch
-
+from .. import bundled
 from ..config_files import read_yaml, split_config_arg
 from ..errors import ConfigError, LaunchError, ModelNotFound
 from ..launch import Layout, LaunchPlan, execute, plan, resolve_gpu_ids
@@ -50,7 +51,8 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--accelerate-config", required=True,
-                   help="accelerate config file, e.g. accelerate_configs/zero3.yaml")
+                   help="an Accelerate config file, or the name of a shipped one: "
+                        f"{', '.join(bundled.accelerate_config_names())} (accelerate_configs/<name>.yaml)")
     p.add_argument("--vllm-mode", choices=MODES, default=None,
                    help="default: from the recipe config's use_vllm/vllm_mode (off when use_vllm is not true)")
     p.add_argument("--gpus", type=int, default=None,
@@ -80,7 +82,8 @@ def register(subparsers) -> None:
     p.add_argument("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S,
                    help="seconds a stopped trainer or server gets between SIGTERM and SIGKILL")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
-    p.add_argument("recipe", help="recipe script, e.g. recipes/math_grpo.py")
+    p.add_argument("recipe", help="recipe script, e.g. recipes/math_grpo.py, or the name of a shipped recipe: "
+                                  f"{', '.join(bundled.recipe_names())}")
     p.add_argument("recipe_args", nargs=argparse.REMAINDER,
                    help="the recipe's own arguments, e.g. --config recipes/configs/math_gsm8k_gpu.yaml")
     p.set_defaults(func=run)
@@ -89,8 +92,13 @@ def register(subparsers) -> None:
 def plan_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> LaunchPlan:
     env = os.environ if env is None else env
     recipe_args = list(args.recipe_args)
+    accelerate_config = str(bundled.accelerate_config(args.accelerate_config))
+    if accelerate_config != args.accelerate_config and not Path(accelerate_config).is_file():
+        raise LaunchError(f"--accelerate-config {args.accelerate_config}: neither a file nor a shipped config "
+                          f"({', '.join(bundled.accelerate_config_names())})")
+    recipe = str(bundled.recipe_script(args.recipe)) if args.recipe in bundled.recipe_names() else args.recipe
     try:
-        acc = read_yaml(args.accelerate_config, "--accelerate-config")
+        acc = read_yaml(accelerate_config, "--accelerate-config")
         config_path, _ = split_config_arg(recipe_args)  # `--config X` or `--config=X`, as the recipe reads it
         rcfg = read_yaml(config_path, "recipe --config") if config_path else {}
     except ConfigError as exc:
@@ -98,10 +106,10 @@ def plan_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = Non
     mode = args.vllm_mode
     if mode is None:  # the recipe config says what it expects; the launcher follows unless told otherwise
         mode = str(rcfg.get("vllm_mode", "colocate")) if rcfg.get("use_vllm") is True else OFF
-    gpu_ids = [] if acc.get("use_cpu") else resolve_gpu_ids(args.gpus, env, torch.cuda.device_count)
+    gpu_ids = [] if acc.get("use_cpu") else resolve_gpu_ids(args.gpus, env, count_gpus)
     return plan(Layout(
-        args.recipe,
-        accelerate_config=args.accelerate_config,
+        recipe,
+        accelerate_config=accelerate_config,
         gpu_ids=gpu_ids,
         vllm_mode=mode,
         vllm_gpus=args.vllm_gpus,
@@ -123,6 +131,16 @@ def plan_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = Non
         accelerate_settings=acc,
         recipe_settings=rcfg,
     ))
+
+
+def count_gpus() -> int:
+    """The machine's NVIDIA GPUs, as `nvidia-smi -L` lists them (none without the driver's tool): torch would count
+    them too, but the launcher must start without loading it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
 def ready_for_cpu_vllm(launch_plan: LaunchPlan, model_cache_dir: str | None = None) -> LaunchPlan:

@@ -372,7 +372,7 @@ def resolve_gpu_ids(gpus: int | None, env: Mapping[str, str],
 
     Children inherit CUDA_VISIBLE_DEVICES semantics from the physical ids, so when it is already set (Slurm sets
     it) the children's subsets must be drawn from its entries, not from 0..N-1. With neither `gpus` nor
-    CUDA_VISIBLE_DEVICES, `detect()` counts the GPUs (cli/launch.py passes torch.cuda.device_count).
+    CUDA_VISIBLE_DEVICES, `detect()` counts the GPUs (cli/launch.py passes its nvidia-smi count).
     """
     visible = env.get("CUDA_VISIBLE_DEVICES")
     ids = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
