@@ -16,7 +16,7 @@ STAMP := $(VENV)/.grpo-recipes-setup
 .PHONY: setup run test
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup.sh
+$(STAMP): pyproject.toml setup.py scripts/setup.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) sh scripts/setup.sh
 	touch $@
 
