@@ -36,7 +36,7 @@ from datasets import Dataset
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Trainer
 from trl import DistillationTrainer, get_peft_config
 
-from . import bundled, models, registry, vllm_support
+from . import budget, bundled, models, registry, vllm_support
 from .alerts import AlertCallback, AlertConfig, distill_detectors
 from .budget import StepClock
 from .checkpoint import CheckpointCallback
@@ -380,9 +380,9 @@ def all_processes(seconds: float) -> float:
 
 def record_teacher_evaluation(teacher, run, summary: dict) -> None:
     """The teacher's held-out evaluation and its CPU seconds (all processes), into `summary`."""
-    start = time.process_time()
+    start = budget.cpu_seconds()
     summary["teacher_eval"] = teacher_evaluation(teacher, run)
-    summary["teacher_eval_cpu_seconds"] = all_processes(time.process_time() - start)
+    summary["teacher_eval_cpu_seconds"] = all_processes(budget.cpu_seconds() - start)
 
 
 def teacher_evaluation(teacher, run) -> dict:
@@ -546,7 +546,7 @@ class TracesStage(DistillStage, SFTStage):
         if not (todo or evaluate_teacher):
             return
         path = teacher_path(run, self.plan)
-        clock, wall = time.process_time(), time.perf_counter()
+        clock, wall = budget.cpu_seconds(), time.perf_counter()
         teacher = ServerTeacher(cfg, run.recipe.model_cache_dir) if cfg.use_vllm else \
             LocalTeacher.load(path, run.model_args.dtype)
         try:
@@ -559,7 +559,7 @@ class TracesStage(DistillStage, SFTStage):
         finally:
             teacher.close()
         # Not charged to max_cpu_minutes (training steps only); the sampling is part of distill_cpu_seconds.
-        used = all_processes(time.process_time() - clock)
+        used = all_processes(budget.cpu_seconds() - clock)
         evaluation = summary.get("teacher_eval_cpu_seconds", 0.0) if evaluate_teacher else 0.0
         summary["teacher_cpu_seconds"] = summary.get("teacher_cpu_seconds", 0.0) + used
         summary["teacher_sampling_cpu_seconds"] = summary.get("teacher_sampling_cpu_seconds", 0.0) + used - evaluation

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import inspect
 import textwrap
@@ -178,22 +179,26 @@ def resolve(path: str) -> Any:
 
 def _sets_on_self(cls: type, name: str) -> bool:
     """`self.NAME = ...` (or annotated, or augmented) in the source of `cls` or of one of its bases."""
-    for klass in inspect.getmro(cls):
-        if klass is object or klass.__module__ == "builtins":
-            continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            targets = (node.targets if isinstance(node, ast.Assign) else
-                       [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
-            for target in targets:
-                for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
-                    if (isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name)
-                            and t.value.id == "self"):
-                        return True
-    return False
+    return any(name in _self_attributes(klass) for klass in inspect.getmro(cls)
+               if klass is not object and klass.__module__ != "builtins")
+
+
+@functools.lru_cache(maxsize=None)
+def _self_attributes(klass: type) -> frozenset[str]:
+    """The names a class's own source assigns on `self` (parsed once: Trainer's source is thousands of lines)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+    except (OSError, TypeError, SyntaxError):
+        return frozenset()
+    names = set()
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        for target in targets:
+            for t in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    names.add(t.attr)
+    return frozenset(names)
 
 
 def _has_field(cls: type, name: str) -> bool:

@@ -1,4 +1,6 @@
-"""Shared fixtures. Tests run offline: HF_HUB_OFFLINE is forced here, before anything imports huggingface_hub."""
+"""Shared fixtures (shared functions: helpers.py). Tests run offline: HF_HUB_OFFLINE is forced here, before anything
+imports huggingface_hub. Every test that asks for the tiny model (it trains or generates) is an end-to-end test
+(marker `e2e`): the default suite leaves them to CI's step of their own."""
 
 import atexit
 import os
@@ -15,8 +17,13 @@ atexit.register(shutil.rmtree, os.environ["TRACKIO_DIR"], True)
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+from helpers import save_tiny_llama  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tiny_model_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
@@ -34,25 +41,6 @@ def smollm_tokenizer_dir(tmp_path_factory) -> Path:
     return out
 
 
-def save_tiny_llama(tokenizer_dir: Path, out: Path, hidden_size: int = 32, intermediate_size: int = 64,
-                    heads: int = 4, kv_heads: int = 2) -> Path:
-    """A random 2-layer Llama with the SmolLM2 tokenizer and chat template, saved to `out`."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=intermediate_size, num_hidden_layers=2,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512,
-        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(smollm_tokenizer_dir, tmp_path_factory) -> Path:
     """A tiny random Llama with the SmolLM2 tokenizer and chat template: fast enough for end-to-end runs."""
@@ -65,21 +53,6 @@ def run_env(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
     monkeypatch.setenv("GRPO_RECIPES_CACHE", str(tmp_path / "cache"))
     return tmp_path
-
-
-def tiny_run_args(model_dir: Path, out: Path, steps: int = 2, *extra: str) -> list[str]:
-    """CLI flags that shrink the default math recipe to seconds on CPU."""
-    return [
-        "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", str(steps),
-        "--num_generations", "4", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
-        "--max_completion_length", "8",
-        "--train_size", "40", "--eval_size", "8", "--save_strategy", "no",
-        # A random tiny model mostly scores alike across a group: with the default's skip, most steps would train on
-        # nothing. Tests of the skip turn it back on. Sharing the prompt needs one row per micro-batch (8 here).
-        "--skip_zero_advantage_batches", "false", "--share_prompt_forward", "false",
-        # GRPO alone: the default's sft stage would take a test's few steps. Tests of stages set their own.
-        "--stages", '[{"name": "grpo"}]', *extra,
-    ]
 
 
 @pytest.fixture
@@ -98,3 +71,25 @@ def tools():
     from grpo_recipes.tools import available, build_tools
 
     return build_tools(["calculator", {"name": "python", "params": {"timeout_s": 2}}], available())
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_dir):
+    """(the tiny model in eval mode, its tokenizer), loaded once per module."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture
+def machine_without_cgroups(monkeypatch):
+    """As if this machine had no usable cgroups: fresh detection, fresh zygotes, no warning given yet; all undone
+    afterwards."""
+    from grpo_recipes import sandbox
+
+    sandbox.shutdown()
+    monkeypatch.setattr(sandbox.host, "_cgroup_config", lambda: (None, "no cgroups on this pretend machine"))
+    monkeypatch.setattr(sandbox.host, "_iso_cache", {})
+    monkeypatch.setattr(sandbox.host, "_warned", set())
+    yield
+    sandbox.shutdown()  # these zygotes have no cgroups: later tests get new ones

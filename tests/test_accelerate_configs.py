@@ -5,10 +5,10 @@ also run for real: two processes on this machine's CPUs that all-reduce over glo
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 pytest.importorskip("accelerate")
 from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file  # noqa: E402
@@ -35,12 +35,6 @@ EXPECTED = {
     "fsdp2": (DistributedType.FSDP, False, -1),
     "multi_node": (DistributedType.DEEPSPEED, False, -1),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_every_config_file_is_covered():
@@ -180,6 +174,7 @@ acc.end_training()
 """
 
 
+@pytest.mark.e2e
 def test_cpu_ddp_runs_two_gloo_processes_through_grpo_recipes_launch(tmp_path, capfd, monkeypatch):
     # The real thing on this machine: the launcher's plan for cpu_ddp.yaml, run by its executor, starts two
     # Accelerate workers that form one gloo group (1 + 2 = 3 after all_reduce).

@@ -9,8 +9,8 @@ import sys
 
 import pandas as pd
 import pytest
-from conftest import REPO, tiny_run_args
-from test_recipe_e2e import trackio_metrics
+from helpers import REPO, tiny_run_args
+from helpers import trackio_metrics
 
 from grpo_recipes import runner
 from grpo_recipes.grpo_stage import GRPOStage, tool_kwargs

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes.alerts import (
     MISSING,
     AlertCallback,

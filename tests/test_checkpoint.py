@@ -361,7 +361,7 @@ def test_no_limit_means_no_stop():
 
 def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_env, capsys):
     """The runner glue: the stop raised inside TRL's reward step ends the run with a clear message, no traceback."""
-    from conftest import REPO
+    from helpers import REPO
     from grpo_recipes import runner
 
     class Trainer:  # stands in for the model: only what runner.main and checkpoint.start touch

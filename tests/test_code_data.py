@@ -3,7 +3,7 @@
 import json
 import re
 
-from conftest import REPO
+from helpers import REPO
 from grpo_recipes.tasks.code_tasks import generate_code_tasks
 from grpo_recipes.tasks.humaneval import load_humaneval
 from grpo_recipes.sandbox import Job, run_many

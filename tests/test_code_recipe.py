@@ -4,10 +4,10 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes.parsing import parse_recipe_args
 from grpo_recipes.data import load_splits, question_key
-from test_recipe_e2e import trackio_metrics
+from helpers import trackio_metrics
 
 
 def test_humaneval_is_held_out_only():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.parsing import device_defaults, parse_recipe_args
 from grpo_recipes.runner import default_run_name

@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes import registry
 from grpo_recipes.arithmetic import ArithmeticFault, evaluate, worked_steps
 from grpo_recipes.runner import prepare

@@ -9,14 +9,13 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tiny_run_args
-from grpo_recipes import distill
+from helpers import REPO, tiny_run_args
+from grpo_recipes import budget, distill
 from grpo_recipes.config import DistillTracesConfig
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.evaluate import EvalSettings, HeldOutEvalCallback, reward_roles, score
@@ -277,16 +276,18 @@ def test_sft_distill_grpo_runs_from_one_command_as_one_run(tiny_model_dir, run_e
 
 
 def test_the_stage_records_its_cpu_without_the_evaluations(tiny_model_dir, run_env, monkeypatch):
-    """distill_cpu_seconds is the teacher's sampling plus the student's training steps. Here each held-out evaluation
-    (the teacher's, and the student's at the stage's start and end) first burns BURN CPU-seconds, more than the tiny
-    run's own work: the teacher's lands in teacher_eval_cpu_seconds only, the student's in no figure."""
-    burn = 15.0  # well above the tiny run's own sampling and steps, even on a slow, loaded machine (8.8 CPU-s seen)
+    """distill_cpu_seconds is the teacher's sampling plus the student's training steps. Here the run's CPU clock
+    (budget.cpu_seconds) jumps by BURN seconds inside each held-out evaluation (the teacher's, and the student's at the
+    stage's start and end), far more than the tiny run's own work: the teacher's lands in teacher_eval_cpu_seconds
+    only, the student's in no figure."""
+    burn = 1000.0
+    jumped = [0.0]
+    real = budget.cpu_seconds
+    monkeypatch.setattr(budget, "cpu_seconds", lambda: real() + jumped[0])
 
     def burning(evaluation):
         def slow(*args, **kwargs):
-            start = time.process_time()
-            while time.process_time() - start < burn:
-                pass
+            jumped[0] += burn
             return evaluation(*args, **kwargs)
         return slow
 
@@ -295,6 +296,7 @@ def test_the_stage_records_its_cpu_without_the_evaluations(tiny_model_dir, run_e
     out = run_env / "out"
     assert main("math", MATH, _args(tiny_model_dir, out, [traces(tiny_model_dir), {"name": "grpo"}],
                                     "--report_to", "none")) == 0
+    assert jumped[0] == 4 * burn  # the teacher's evaluation, the student's at the start, the distill and grpo ends
     summary = json.loads((out / "stages" / "1-distill" / distill.SUMMARY).read_text())
     sampling, steps = summary["teacher_sampling_cpu_seconds"], summary["student_train_cpu_seconds"]
     assert burn <= summary["teacher_eval_cpu_seconds"] < 2 * burn

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 from transformers import LlamaConfig
 
 from grpo_recipes import cli, doctor

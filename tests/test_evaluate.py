@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes.alerts import AlertConfig, default_detectors
 from grpo_recipes.evaluate import (
     EvalSettings,
@@ -75,17 +75,10 @@ def test_generation_settings_follow_training_sampling():
     assert sampled.do_sample and (sampled.temperature, sampled.top_p, sampled.top_k) == (0.7, 0.9, 20)
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-def test_shared_prefill_generates_what_plain_generate_does(tiny):
+def test_shared_prefill_generates_what_plain_generate_does(tiny_model):
     """One prompt prefill reused for the greedy pass and k sampling passes of one sample per prompt each: the same
     tokens as generate() on its own, called the same way, the samples prompt by prompt."""
-    model, tok = tiny
+    model, tok = tiny_model
     model.eval()
     questions = ["1+1?", "What is the sum of seventeen and twenty-five, written as a number in a box?", "3-2"]
     s = EvalSettings(k=3, max_new_tokens=6, temperature=0.9)
@@ -111,8 +104,8 @@ def test_shared_prefill_generates_what_plain_generate_does(tiny):
     assert len(sampled) == 9 and len({tuple(s) for s in sampled}) > 3  # distinct samples: each pass draws anew
 
 
-def test_evaluate_is_seeded_restores_mode_and_leaves_training_rng_alone(tiny):
-    model, tok = tiny
+def test_evaluate_is_seeded_restores_mode_and_leaves_training_rng_alone(tiny_model):
+    model, tok = tiny_model
 
     def length_is_even(prompts, completions, completion_ids, **_):
         return [float(len(ids) % 2 == 0) for ids in completion_ids]

@@ -9,7 +9,7 @@ import sys
 import zlib
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
 gc = importlib.util.module_from_spec(spec)
@@ -200,6 +200,7 @@ def test_import_coverage(monkeypatch):
     assert gc.coverage_row()["ok"]
 
 
+@pytest.mark.e2e
 def test_the_runner_runs_without_trackio(tmp_path):
     """The GPU machine has no Trackio: with it hidden, the runner and TRL's GRPO trainer import, and a run that does
     not report to Trackio checks its config and plans its stages (tracking.py imports Trackio on first use)."""

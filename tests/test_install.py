@@ -26,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 SOURCES = ("pyproject.toml", "setup.py", "LICENSE", "README.md", "grpo_recipes", "rewards", "tools", "tasks", "recipes",
            "accelerate_configs")

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes import hacks, registry
 from grpo_recipes.data import load_splits
 from grpo_recipes.parsing import parse_recipe_args
-from test_recipe_e2e import trackio_metrics
+from helpers import trackio_metrics
 
 
 def test_json_recipe_logs_parse_and_schema_rates(tiny_model_dir, run_env):

@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 from grpo_recipes import cli, launch, models, vllm_support
 from grpo_recipes.cli import launch as launch_cli
@@ -43,12 +43,6 @@ def plan_layout(recipe, **layout):
 @pytest.fixture(autouse=True)
 def _repo_cwd(monkeypatch):
     monkeypatch.chdir(ROOT)  # the plans use repo-relative paths, as the docs do
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------------- layouts

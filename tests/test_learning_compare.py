@@ -3,7 +3,7 @@
 import importlib.util
 import json
 
-from conftest import REPO
+from helpers import REPO
 
 spec = importlib.util.spec_from_file_location("learning_compare", REPO / "bench" / "learning_compare.py")
 lc = importlib.util.module_from_spec(spec)

@@ -12,17 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes.evaluate import EvalSettings, generation_config, prompt_token_ids
 from grpo_recipes.features.prefill import PromptPrefill
 from grpo_recipes.prefill import common_prefix, distinct, prefill
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval(), AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 def _plain(model, rows, config):
@@ -48,8 +41,8 @@ def test_distinct_prompts_of_a_left_padded_batch_in_order():
 
 
 @pytest.mark.parametrize("sample", [False, True])
-def test_prefilled_rows_generate_what_generate_does_alone(tiny, sample):
-    model, tok = tiny
+def test_prefilled_rows_generate_what_generate_does_alone(tiny_model, sample):
+    model, tok = tiny_model
     questions = ["1+1?", "What is the sum of seventeen and twenty-five, written in a box?", "3-2"]
     s = EvalSettings(max_new_tokens=6, temperature=0.9)
     distinct_ids = prompt_token_ids(tok, [[{"role": "user", "content": q}] for q in questions], s)

@@ -10,14 +10,7 @@ import time
 import psutil
 import pytest
 
-from conftest import REPO, tiny_run_args
-
-
-def trackio_metrics(trackio_dir, project):
-    db = trackio_dir / f"{project}.db"
-    with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT step, metrics FROM metrics").fetchall()
-    return [(step, m.decode() if isinstance(m, bytes) else m) for step, m in rows]
+from helpers import REPO, tiny_run_args, trackio_metrics
 
 
 def test_math_recipe_trains_logs_and_saves(tiny_model_dir, run_env):

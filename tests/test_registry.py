@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from grpo_recipes import registry
 from grpo_recipes.registry import CompiledReward, RewardContractError, RewardSpec
 
@@ -43,7 +43,7 @@ def test_drop_in_file_is_usable_by_name_from_yaml_with_weight(tmp_path, tiny_mod
           - {name: math_correctness, weight: 1.0}
           - {name: shout_reward, weight: 0.25, params: {bonus: 2.0}}
     """))
-    from conftest import tiny_run_args
+    from helpers import tiny_run_args
     out = run_env / "out"
     cmd = [sys.executable, str(REPO / "recipes/math_grpo.py"), "--config", str(config),
            *tiny_run_args(tiny_model_dir, out, 1), "--report_to", "none"]

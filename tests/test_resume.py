@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes.checkpoint import SENTINEL, checkpoint_dirs, verify
 from grpo_recipes.registry import completion_text
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes import sampling
 from grpo_recipes.sampling import PassRates, PromptPool, Refill, merge, merge_gathered
 

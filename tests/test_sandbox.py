@@ -56,9 +56,9 @@ def test_tests_share_the_program_namespace_and_stdlib_imports_work():
 
 
 def test_timeout_keeps_the_tests_observed_before_it():
-    result = run_tests(SQUARE, ["assert f(2) == 4", "while True: pass", "assert f(1) == 1"], timeout_s=10)
+    result = run_tests(SQUARE, ["assert f(2) == 4", "while True: pass", "assert f(1) == 1"], timeout_s=4)
     assert (result.status, result.passed, result.total) == ("timeout", 1, 3)
-    assert result.elapsed_s < 10 + HANG_S  # a hang, not a speed, check
+    assert result.elapsed_s < 4 + HANG_S  # a hang, not a speed, check
 
 
 def test_crash_is_not_a_wrong_answer():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from grpo_recipes import sandbox
 from grpo_recipes.sandbox.inside import cgroup, jail, seccomp
 
@@ -787,16 +787,6 @@ def test_isolation_reports_every_protection_at_start_up():
     assert [name for name, _ in iso.walls] == list(sandbox.PROTECTIONS)
     text = iso.describe()
     assert iso.mode in text and all(name in text for name in sandbox.PROTECTIONS)
-
-
-@pytest.fixture
-def machine_without_cgroups(monkeypatch):
-    """As if this machine had no usable cgroups: fresh detection, fresh zygotes, and both undone afterwards."""
-    sandbox.shutdown()
-    monkeypatch.setattr(sandbox.host, "_cgroup_config", lambda: (None, "no cgroups on this pretend machine"))
-    monkeypatch.setattr(sandbox.host, "_iso_cache", {})
-    yield
-    sandbox.shutdown()  # these zygotes have no cgroups: later tests get new ones
 
 
 def test_a_missing_protection_is_named_at_start_up_and_the_rest_still_runs(machine_without_cgroups, caplog):

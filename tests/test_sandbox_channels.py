@@ -13,7 +13,7 @@ import tracemalloc
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from grpo_recipes import sandbox
 from grpo_recipes.sandbox import host
 from grpo_recipes.sandbox.inside import codec
@@ -395,16 +395,6 @@ def test_each_missing_protection_is_reported_as_the_docs_say():
         assert f"| `{name}` | {host.CONSEQUENCES[name]} |" in docs, name
     assert f"up to {sandbox.NPROC} x memory_mb for a job" in host.CONSEQUENCES["cgroup"]
     assert "AF_VSOCK" in host.CONSEQUENCES["unix_sockets_only"]
-
-
-@pytest.fixture
-def machine_without_cgroups(monkeypatch):
-    sandbox.shutdown()
-    monkeypatch.setattr(host, "_cgroup_config", lambda: (None, "no cgroups on this pretend machine"))
-    monkeypatch.setattr(host, "_iso_cache", {})
-    monkeypatch.setattr(host, "_warned", set())
-    yield
-    sandbox.shutdown()  # these zygotes have no cgroups: later tests get new ones
 
 
 def test_the_cgroup_warning_states_the_per_process_fallback(machine_without_cgroups, caplog):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 
 from grpo_recipes import registry
 from grpo_recipes.checkpoint import checkpoint_dirs, verify
@@ -117,7 +117,7 @@ def test_sft_output_is_a_model_the_math_recipe_trains_from(tiny_model_dir, run_e
         assert report[when]["rows"] == 8
         assert 0.0 <= report[when]["format_rate"] <= 1.0  # boxed_format, the config's role-"format" reward
     assert "held-out evaluation, 8 rows (step 0 -> step 2)" in proc.stdout
-    from test_recipe_e2e import trackio_metrics
+    from helpers import trackio_metrics
 
     logged = " ".join(m for _, m in trackio_metrics(run_env / "trackio", "grpo-recipes-sft_math"))
     assert "train/loss" in logged and "eval/format_rate" in logged

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import torch
 from safetensors.torch import load_file
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes.diagnostics import equal_reward_groups
 from grpo_recipes.features.skip import skip_blockers
 

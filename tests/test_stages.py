@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes import stages
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.parsing import parse_recipe_args

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 from grpo_recipes import task as tasks
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.parsing import parse_recipe_args

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import REPO, tiny_run_args
+from helpers import REPO, tiny_run_args
 from grpo_recipes import checkpoint, models, runner, vllm_support
 from grpo_recipes.errors import ConfigError
 

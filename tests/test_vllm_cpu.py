@@ -44,7 +44,7 @@ from transformers import AutoTokenizer
 from trl.generation import vllm_generation as trl_vllm_generation
 from trl.trainer import grpo_trainer as trl_grpo_trainer
 
-from conftest import REPO, save_tiny_llama
+from helpers import REPO, save_tiny_llama
 from token_fidelity import Recording, episodes, problems
 from grpo_recipes import checkpoint
 from grpo_recipes.errors import WeightSyncError
