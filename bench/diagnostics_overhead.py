@@ -51,8 +51,8 @@ def instrument() -> None:
     """Time each overridden method and the TRL method it wraps: their difference is the diagnostics' cost."""
     from trl import GRPOTrainer
 
-    from grpo_recipes.evaluate import HeldOutEvalCallback
-    from grpo_recipes.trainer import RecipeTrainer
+    from grpo_recipes.evaluation.heldout import HeldOutEvalCallback
+    from grpo_recipes.grpo.trainer import RecipeTrainer
 
     for name in ("_calculate_rewards", "_generate_and_score_completions"):
         wrap(GRPOTrainer, name, f"trl{name}")
@@ -65,7 +65,7 @@ def tiny_model(folder: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from grpo_recipes.models import GGUF_FILE, bundled_gguf
+    from grpo_recipes.state.models import GGUF_FILE, bundled_gguf
 
     gguf = bundled_gguf()
     if gguf is None:
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--eval_size", type=int, default=None, help="held-out rows (tiny: 16, real: config's 50)")
     args = parser.parse_args()
 
-    from grpo_recipes.runner import build_trainer, prepare
+    from grpo_recipes.run.runner import build_trainer, prepare
 
     instrument()
     work = Path(tempfile.mkdtemp(prefix="diag_bench_"))
@@ -115,7 +115,7 @@ def main() -> None:
     diag = sum(SPENT[f"recipe{n}"] - SPENT[f"trl{n}"] for n in overridden)
     evaluation = SPENT["eval"]
     without = wall - diag - evaluation
-    from grpo_recipes.evaluate import HeldOutEvalCallback
+    from grpo_recipes.evaluation.heldout import HeldOutEvalCallback
 
     (evaluator,) = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, HeldOutEvalCallback)]
     evals = len(evaluator.history)

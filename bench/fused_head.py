@@ -20,10 +20,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import add_fused_lm_head
 
 from grpo_recipes import bundled
-from grpo_recipes.config import SFTStageConfig
-from grpo_recipes.models import resolve_model
-from grpo_recipes.runner import prepare
-from grpo_recipes.sft import build_examples
+from grpo_recipes.config.schema import SFTStageConfig
+from grpo_recipes.run.runner import prepare
+from grpo_recipes.stages.sft import build_examples
+from grpo_recipes.state.models import resolve_model
 from grpo_recipes.trl_internals import fused_head_on_labels
 
 

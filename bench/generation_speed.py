@@ -11,7 +11,7 @@ slows every setting alike; each setting reports the median over rounds.
 - gen_batch_32/64: `steps_per_generation: 2/4`, i.e. one generate call for 2/4 optimiser steps. Faster per
   completion, but it changes training: later steps learn from completions of an older policy (off-policy).
 - paged:          `use_transformers_paged: true` (transformers continuous batching, `generate_batch`).
-- shared_prefill: `share_prompt_prefill: true` (grpo_recipes/prefill.py: each distinct prompt prefilled once, the
+- shared_prefill: `share_prompt_prefill: true` (grpo_recipes/grpo/prefill.py: each distinct prompt prefilled once, the
   batch's common prefix once; a dynamic cache).
 Times are CPU seconds of this process (one OpenMP thread unless OMP_NUM_THREADS says otherwise), so other load on the
 machine does not move them.
@@ -44,9 +44,9 @@ CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 def load(model_arg: str | None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_recipes.parsing import parse_recipe_args
-    from grpo_recipes.data import load_splits
-    from grpo_recipes.models import resolve_model
+    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.state.models import resolve_model
+    from grpo_recipes.tasks.data import load_splits
 
     argv = ["--model_name_or_path", model_arg] if model_arg else []
     recipe, grpo, model_args, _ = parse_recipe_args(argv, CONFIG)
@@ -76,8 +76,8 @@ def run_generate(model, tok, prompt_ids, config, count_tokens: bool = False, sha
     share_prompt_prefill generates."""
     from trl.trainer.utils import pad
 
-    from grpo_recipes.evaluate import cut_at_eos
-    from grpo_recipes.prefill import generate_prefilled
+    from grpo_recipes.evaluation.heldout import cut_at_eos
+    from grpo_recipes.grpo.prefill import generate_prefilled
 
     tensors = [torch.tensor(p) for p in prompt_ids]
     ids = pad(tensors, padding_value=tok.pad_token_id, padding_side="left")

@@ -6,7 +6,7 @@ TRL; the same steps on CPU are the baseline of its ratios. bench/README.md, "GPU
     python bench/gpu_check.py run --device cuda   # on the GPU machine (bench/gpu_check.sh installs the wheels first)
 
 `run` builds a randomly initialised model of SmolLM2-135M-Instruct's shape from the carried config.json and tokenizer,
-then runs recipes/math_grpo.py's code (grpo_recipes.runner.main, CLI flags) three times in this process:
+then runs recipes/math_grpo.py's code (grpo_recipes.run.runner.main, CLI flags) three times in this process:
 - full: an sft stage, then GRPO with skip_zero_advantage_batches, share_prompt_forward, dynamic_sampling and
   curriculum; a checkpoint at its last step;
 - resume: the same run with --resume true and more steps: the sft stage is passed over, GRPO continues after the
@@ -187,8 +187,8 @@ def fetch_wheels(dest: Path, versions: dict[str, str]) -> None:
 
 def copy_model_files(dest: Path) -> Path:
     """SmolLM2-135M-Instruct's config, generation config and tokenizer, no weights, from the offline model."""
-    from grpo_recipes.config import DEFAULT_MODEL
-    from grpo_recipes.models import resolve_model
+    from grpo_recipes.state.models import DEFAULT_MODEL
+    from grpo_recipes.state.models import resolve_model
 
     source, _ = resolve_model(DEFAULT_MODEL)
     dest.mkdir(parents=True, exist_ok=True)
@@ -300,7 +300,7 @@ def run_phase(name: str, flags: list[str], rec: Recorder) -> dict:
     """One runner.main run, its trainers timed; -> its exit code, wall time and peak memory."""
     import torch
 
-    from grpo_recipes import runner
+    from grpo_recipes.run import runner
 
     build = runner.build_trainer
 

@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from grpo_recipes.registry import available
+from grpo_recipes.rewards.registry import available
 
 _MATH = available()["math_correctness"].func
 

@@ -7,7 +7,7 @@ LaTeX forms, unboxed answers and long answerless reasoning. Each gold repeats on
 Both rewards get the completions as chat messages would give them. `answer_form: literal` decides without sympy;
 `expression` sends what is not a number literal to its math-verify process. The last line also times the literal
 form split over a warm process pool, to show whether parallel verification pays at this batch size. Then the hack
-catalog's slow shapes (grpo_recipes/hacks.py: 24 boxes of ~800 characters, mostly spaces; a sign, ~800 spaces and a
+catalog's slow shapes (grpo_recipes/rewards/hacks.py: 24 boxes of ~800 characters, mostly spaces; a sign, ~800 spaces and a
 digit in one box) against a plain completion of the same length, under the math default's two rewards, in the same
 run: the ratio shows whether a completion's shape can make scoring the bottleneck.
 """
@@ -72,7 +72,7 @@ def batches(n: int, size: int, seed: int = 0) -> list[tuple[list[str], list[str]
 
 
 def _math_correctness():
-    from grpo_recipes.registry import available
+    from grpo_recipes.rewards.registry import available
 
     return available()["math_correctness"].func
 
@@ -108,8 +108,8 @@ def pooled(pool: ProcessPoolExecutor, workers: int):
 
 
 def slow_shapes(repeats: int = 5) -> None:
-    from grpo_recipes import hacks
-    from grpo_recipes.registry import available
+    from grpo_recipes.rewards import hacks
+    from grpo_recipes.rewards.registry import available
 
     rewards = available()
     defaults = {"answer_form": "literal", "check_working": True, "check_equations": True}  # tasks/arithmetic.py

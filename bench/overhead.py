@@ -28,7 +28,7 @@ CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 def trial(side: str, steps: int, model: str | None, out: Path) -> dict:
     from transformers import TrainerCallback
 
-    from grpo_recipes import runner
+    from grpo_recipes.run import runner
 
     argv = ["--max_steps", str(steps), "--stages", '["grpo"]', "--output_dir", str(out),
             "--report_to", "none", "--save_strategy", "no",
@@ -42,7 +42,7 @@ def trial(side: str, steps: int, model: str | None, out: Path) -> dict:
     else:
         from trl import GRPOTrainer
 
-        from grpo_recipes.models import prepare_model
+        from grpo_recipes.state.models import prepare_model
 
         path = prepare_model(model_args, grpo, recipe.model_cache_dir)
         trainer = GRPOTrainer(model=path, reward_funcs=funcs, args=grpo, train_dataset=train)

@@ -94,9 +94,9 @@ def run_arm(steps: int, out: Path, argv: list[str], eval_rows: int | None) -> di
     import accelerate
     import torch
 
-    from grpo_recipes import runner
-    from grpo_recipes.evaluate import HeldOutEvalCallback
-    from grpo_recipes.trainer import RecipeTrainer
+    from grpo_recipes.evaluation.heldout import HeldOutEvalCallback
+    from grpo_recipes.grpo.trainer import RecipeTrainer
+    from grpo_recipes.run import runner
 
     prof = Profiler()
     for owner, method, name in [

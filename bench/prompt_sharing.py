@@ -21,9 +21,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import add_fused_lm_head
 
-from grpo_recipes import runner
-from grpo_recipes.models import prepare_model
-from grpo_recipes.prompt_sharing import PromptSharing
+from grpo_recipes.grpo.prompt_sharing import PromptSharing
+from grpo_recipes.run import runner
+from grpo_recipes.state.models import prepare_model
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"

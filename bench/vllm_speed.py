@@ -48,7 +48,7 @@ def start_server(config: Path, model_cache_dir: str | None, log: Path) -> tuple[
 
     from grpo_recipes.cli.launch import ready_for_cpu_vllm
     from grpo_recipes.launch import Layout, plan
-    from grpo_recipes.vllm_support import poll_health
+    from grpo_recipes.vllm.support import poll_health
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,7 +75,7 @@ def start_server(config: Path, model_cache_dir: str | None, log: Path) -> tuple[
 def trial(arm: str, config: Path, steps: int, out: Path) -> dict:
     from transformers import TrainerCallback
 
-    from grpo_recipes import runner
+    from grpo_recipes.run import runner
 
     argv = ["--config", str(config), "--max_steps", str(steps), "--stages", '["grpo"]',
             "--output_dir", str(out / "run"), "--report_to",
@@ -84,7 +84,7 @@ def trial(arm: str, config: Path, steps: int, out: Path) -> dict:
     if arm != "transformers":
         argv += ["--use_vllm", "true", "--vllm_mode", arm]
     if arm == "server":
-        from grpo_recipes.config_files import read_yaml
+        from grpo_recipes.config.files import read_yaml
 
         server, port = start_server(config, read_yaml(config).get("model_cache_dir"), out / "server.log")
         argv += ["--vllm_server_host", "127.0.0.1", "--vllm_server_port", str(port)]

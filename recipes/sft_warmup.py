@@ -9,7 +9,7 @@
 import sys
 from pathlib import Path
 
-from grpo_recipes.runner import main
+from grpo_recipes.run.runner import main
 
 if __name__ == "__main__":
     sys.exit(main("sft_math", default_config=Path(__file__).parent / "configs" / "sft_math_cpu.yaml"))

@@ -5,7 +5,7 @@
 
 import sys
 
-from grpo_recipes.runner import main
+from grpo_recipes.run.runner import main
 
 if __name__ == "__main__":
     sys.exit(main(None))

@@ -18,9 +18,9 @@ Hacks considered, and what stops each (tests/test_agent_rewards.py has one test 
 
 from __future__ import annotations
 
-from grpo_recipes.answers import parse_literal
-from grpo_recipes.episodes import is_correct, read_episode
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards import reward
+from grpo_recipes.rewards.answers import parse_literal
+from grpo_recipes.tools.episodes import is_correct, read_episode
 
 
 @reward("final_answer")

@@ -18,8 +18,7 @@ import re
 from fractions import Fraction
 from typing import Annotated
 
-from grpo_recipes import answers
-from grpo_recipes.registry import Range, reward
+from grpo_recipes.rewards import Range, answers, reward
 
 _PREFIX = re.compile(r"^(?:\*\*)?(?:final answer|answer|the (?:final )?answer is)\s*[:=]?\s*(?:\*\*)?", re.I)
 

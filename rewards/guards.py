@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Annotated
 
-from grpo_recipes.registry import Range, reward
+from grpo_recipes.rewards import Range, reward
 
 
 @functools.lru_cache(maxsize=16)

@@ -16,7 +16,7 @@ import math
 import re
 import sys
 
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards import reward
 
 # A structured answer is short; scanning only the tail keeps 1 MB completions cheap (the scan is linear anyway).
 _MAX_CHARS = 64_000

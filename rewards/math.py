@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from grpo_recipes import answers
-from grpo_recipes.registry import Range, reward
+from grpo_recipes.rewards import Range, answers, reward
 
 AnswerForm = Literal["literal", "expression"]  # the annotation is the start-up check (registry)
 ANSWER_FORMS = get_args(AnswerForm)

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards import reward
 from grpo_recipes.sandbox import STATUSES, Job, SandboxResult, run_many
 
 MAX_CODE_CHARS = 100_000  # longer "code" is not an answer to a unit-tested task; don't ship it to a sandbox

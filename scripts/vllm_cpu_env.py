@@ -67,8 +67,8 @@ def write_shim(wanted: str) -> int:
 
 def check(wanted: str) -> int:
     # Imported here, not at the top: the other commands must work while these packages are missing or broken.
-    from transformers import LlamaConfig  # noqa: F401  (the import that the CUDA torchvision breaks)
     import vllm
+    from transformers import LlamaConfig  # noqa: F401  (the import that the CUDA torchvision breaks)
 
     if vllm.__version__ != wanted:
         say(f"error: the vllm package is {vllm.__version__}, not {wanted}")

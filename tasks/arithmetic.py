@@ -14,8 +14,9 @@ hold and the last must end on the answer, so `7 + 1 = 7. \\boxed{7}` scores 0), 
 
 import json
 
-from grpo_recipes import arithmetic, tools
-from grpo_recipes.task import Task, task
+from grpo_recipes.rewards import arithmetic
+from grpo_recipes.tasks import Task, task
+from grpo_recipes.tools import registry as tools
 
 
 @task("arithmetic")

@@ -4,7 +4,7 @@ Training rows come from the config's data settings (recipes/data/code_train.json
 never trained on. The verifier is `unit_tests`, the same reward as in training.
 """
 
-from grpo_recipes.task import Task, task
+from grpo_recipes.tasks import Task, task
 from grpo_recipes.tasks.humaneval import load_humaneval
 
 

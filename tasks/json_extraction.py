@@ -7,7 +7,7 @@ format reward weighs a tenth of the verifier: at equal weight, a schema-valid pl
 even one holding each field's most common gold value (tests/test_json_recipe.py), and one right field pays more.
 """
 
-from grpo_recipes.task import Task, task
+from grpo_recipes.tasks import Task, task
 
 
 @task("json_extraction")

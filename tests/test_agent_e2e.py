@@ -16,12 +16,17 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from trl import GRPOConfig
 
-from grpo_recipes.episodes import read_episode
-from grpo_recipes.tool_templates import INVALID_CALL
-from grpo_recipes.episodes import classify
-from grpo_recipes.tools import available, build_tools, guarded, registered, tool
-from grpo_recipes.features.tools import ToolCalls
-from grpo_recipes.trainer import RecipeTrainer
+from grpo_recipes.grpo.features.tools import ToolCalls
+from grpo_recipes.grpo.trainer import RecipeTrainer
+from grpo_recipes.tools.episodes import classify, read_episode
+from grpo_recipes.tools.registry import (
+    available,
+    build_tools,
+    guarded,
+    registered,
+    tool,
+)
+from grpo_recipes.tools.templates import INVALID_CALL
 
 _spec = importlib.util.spec_from_file_location("agent_rewards_e2e", Path(__file__).parent.parent / "rewards" / "agent.py")
 R = importlib.util.module_from_spec(_spec)
@@ -112,7 +117,7 @@ class ScriptedTrainer(RecipeTrainer):
 def trained(tiny_model_dir, smollm_tokenizer_dir, tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from grpo_recipes.tool_templates import install
+    from grpo_recipes.tools.templates import install
 
     tool_tokenizer = install(AutoTokenizer.from_pretrained(smollm_tokenizer_dir), "chatml_tools")
     tmp_path = tmp_path_factory.mktemp("scripted")

@@ -9,12 +9,11 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import REPO, tiny_run_args
-from helpers import trackio_metrics
+from helpers import REPO, tiny_run_args, trackio_metrics
 
-from grpo_recipes import runner
-from grpo_recipes.grpo_stage import GRPOStage, tool_kwargs
 from grpo_recipes.errors import ConfigError
+from grpo_recipes.run import runner
+from grpo_recipes.stages.grpo import GRPOStage, tool_kwargs
 
 AGENT = REPO / "recipes/configs/agent_cpu.yaml"
 
@@ -59,7 +58,7 @@ def test_the_agent_recipe_runs_alone_its_first_stage_teaches_the_call_format():
 
 
 def test_a_tool_file_that_breaks_names_itself(tmp_path):
-    (tmp_path / "bad.py").write_text("from grpo_recipes.tools import tool\n\n@tool\ndef nodoc(x: int) -> str:\n"
+    (tmp_path / "bad.py").write_text("from grpo_recipes.tools.registry import tool\n\n@tool\ndef nodoc(x: int) -> str:\n"
                                      "    return str(x)\n")
     assert "tool_dirs: tool file" in problems("--tool_dirs", str(tmp_path))
 
@@ -127,8 +126,8 @@ def test_sft_then_grpo_on_the_tiny_model(tiny_model_dir, run_env):
 
 
 def test_tool_trajectory_uses_the_tools_real_result_and_drops_disagreeing_rows():
-    from grpo_recipes.sft import tool_trajectory
-    from grpo_recipes.tools import available, build_tools
+    from grpo_recipes.stages.sft import tool_trajectory
+    from grpo_recipes.tools.registry import available, build_tools
 
     calc = build_tools(["calculator"], available())[0]
     row = {"question": "Calculate 95 - 21 / 21.", "answer": "94", "expression": "95 - 21 / 21"}  # task: arithmetic's
@@ -143,8 +142,8 @@ def test_tool_trajectory_uses_the_tools_real_result_and_drops_disagreeing_rows()
 
 
 def test_gold_check_drops_rows_the_tool_disagrees_with():
-    from grpo_recipes.config import RecipeArguments
-    from grpo_recipes.task import available
+    from grpo_recipes.config.schema import RecipeArguments
+    from grpo_recipes.tasks.registry import available
 
     rows = [{"question": "a", "answer": "94", "expression": "95 - 21 / 21"},
             {"question": "b", "answer": "11", "expression": "79 / -( -48 / 12 + -3 )"},

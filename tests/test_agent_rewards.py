@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes.episodes import read_episode, tool_metrics
-from grpo_recipes.tool_templates import INVALID_CALL
+from grpo_recipes.tools.episodes import read_episode, tool_metrics
+from grpo_recipes.tools.templates import INVALID_CALL
 
 _spec = importlib.util.spec_from_file_location("agent_rewards_t", Path(__file__).parent.parent / "rewards" / "agent.py")
 R = importlib.util.module_from_spec(_spec)
@@ -131,7 +131,7 @@ def test_read_episode_counts_turns_and_results():
 
 
 def test_transcript_is_one_readable_line():
-    from grpo_recipes.episodes import transcript
+    from grpo_recipes.tools.episodes import transcript
 
     ep = [call("1 + 2"), result("3"), final("The answer is \\boxed{3}.")]
     assert transcript(ep) == '-> calculator({"expression": "1 + 2"}) => 3 | The answer is \\boxed{3}.'

@@ -11,9 +11,10 @@ from dataclasses import fields
 from types import SimpleNamespace
 
 import pytest
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes.alerts import (
+
+from grpo_recipes.config.schema import RecipeArguments
+from grpo_recipes.grpo.alerts import (
     MISSING,
     AlertCallback,
     AlertConfig,
@@ -27,7 +28,6 @@ from grpo_recipes.alerts import (
     TrainUpEvalDown,
     default_detectors,
 )
-from grpo_recipes.config import RecipeArguments
 
 CFG = AlertConfig()
 
@@ -172,7 +172,7 @@ def test_callback_warns_on_the_main_process_only(caplog):
     cb = AlertCallback([NoLearningSignal(AlertConfig(patience=1))])
     main = SimpleNamespace(is_world_process_zero=True, global_step=3)
     other = SimpleNamespace(is_world_process_zero=False, global_step=3)
-    with caplog.at_level(logging.WARNING, logger="grpo_recipes.alerts"):
+    with caplog.at_level(logging.WARNING, logger="grpo_recipes.grpo.alerts"):
         cb.on_log(None, other, None, logs={"frac_reward_zero_std": 1.0})
         assert cb.fired == []
         cb.on_log(None, main, None, logs={"frac_reward_zero_std": 1.0})
@@ -186,7 +186,7 @@ def hack_rewards(tmp_path):
     folder = tmp_path / "hack_rewards"
     folder.mkdir()
     (folder / "hack.py").write_text(
-        "from grpo_recipes.registry import reward\n\n"
+        "from grpo_recipes.rewards.registry import reward\n\n"
         "@reward('always_formatted')\n"
         "def always_formatted(completions):\n"
         "    '''1.0 for any completion: a format reward the policy collects without solving anything.'''\n"

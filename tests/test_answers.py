@@ -1,4 +1,4 @@
-"""grpo_recipes/answers.py: where the final answer is, and what a number literal is (shared by the answer rewards)."""
+"""grpo_recipes/rewards/answers.py: where the final answer is, and what a number literal is (shared by the answer rewards)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from grpo_recipes import answers
+from grpo_recipes.rewards import answers
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -204,7 +204,7 @@ class _Recorder:
 
 @pytest.mark.parametrize("text", [PADDED_BOXES, PADDED_SIGN], ids=["24 padded boxes", "padded sign"])
 def test_number_patterns_see_no_run_of_spaces_and_only_a_short_tail(monkeypatch, text):
-    from grpo_recipes.registry import available
+    from grpo_recipes.rewards.registry import available
 
     seen = {name: [] for name in ("_NUMBER", "_UNIT", "_PERCENT")}
     for name, log in seen.items():

@@ -2,7 +2,7 @@
 
 from transformers import TrainerControl, TrainerState
 
-from grpo_recipes.budget import CpuBudget
+from grpo_recipes.state.budget import CpuBudget
 
 
 class FakeClock:

@@ -13,8 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_recipes import checkpoint, checks, registry, tracking
-from grpo_recipes.checkpoint import (
+from grpo_recipes.config import checks
+from grpo_recipes.errors import RewardFailureRateExceeded
+from grpo_recipes.rewards import registry
+from grpo_recipes.rewards.registry import CompiledReward, RewardSpec
+from grpo_recipes.state import checkpoint, tracking
+from grpo_recipes.state.checkpoint import (
     SENTINEL,
     CheckpointCallback,
     latest_complete,
@@ -22,10 +26,8 @@ from grpo_recipes.checkpoint import (
     rotate,
     verify,
 )
-from grpo_recipes.errors import RewardFailureRateExceeded
-from grpo_recipes.registry import CompiledReward, RewardSpec
-from grpo_recipes.signals import SignalStop
-from grpo_recipes.tracking import prune_metrics
+from grpo_recipes.state.signals import SignalStop
+from grpo_recipes.state.tracking import prune_metrics
 
 
 def fake_checkpoint(out: Path, step: int, complete: bool = True) -> Path:
@@ -362,7 +364,8 @@ def test_no_limit_means_no_stop():
 def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_env, capsys):
     """The runner glue: the stop raised inside TRL's reward step ends the run with a clear message, no traceback."""
     from helpers import REPO
-    from grpo_recipes import runner
+
+    from grpo_recipes.run import runner
 
     class Trainer:  # stands in for the model: only what runner.main and checkpoint.start touch
         accelerator = SimpleNamespace(num_processes=1)
@@ -401,7 +404,7 @@ import os, subprocess, sys
 from pathlib import Path
 import numpy as np
 import trackio
-from grpo_recipes import tracking  # imports trackio at its top, like trl does
+from grpo_recipes.state import tracking  # imports trackio at its top, like trl does
 
 assert trackio.utils.TRACKIO_DIR.resolve() == Path({str(first)!r}).resolve()
 tracking.use_dir({str(second)!r})

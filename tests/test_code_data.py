@@ -4,9 +4,10 @@ import json
 import re
 
 from helpers import REPO
-from grpo_recipes.tasks.code_tasks import generate_code_tasks
-from grpo_recipes.tasks.humaneval import load_humaneval
+
 from grpo_recipes.sandbox import Job, run_many
+from grpo_recipes.tasks.code_rows import generate_code_tasks
+from grpo_recipes.tasks.humaneval import load_humaneval
 
 COMMITTED = REPO / "recipes/data/code_train.jsonl"
 
@@ -18,7 +19,7 @@ def test_generation_is_deterministic_and_seeded():
 
 def test_committed_file_is_the_generator_output():
     rows = [json.loads(line) for line in COMMITTED.read_text(encoding="utf-8").splitlines()]
-    assert rows == generate_code_tasks(300, seed=0), "regenerate: python -m grpo_recipes.tasks.code_tasks --n 300 --seed 0"
+    assert rows == generate_code_tasks(300, seed=0), "regenerate: python -m grpo_recipes.tasks.code_rows --n 300 --seed 0"
 
 
 def test_rows_are_well_formed_varied_and_distinct():

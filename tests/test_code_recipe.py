@@ -4,10 +4,10 @@ import json
 import subprocess
 import sys
 
-from helpers import REPO, tiny_run_args
-from grpo_recipes.parsing import parse_recipe_args
-from grpo_recipes.data import load_splits, question_key
-from helpers import trackio_metrics
+from helpers import REPO, tiny_run_args, trackio_metrics
+
+from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.tasks.data import load_splits, question_key
 
 
 def test_humaneval_is_held_out_only():

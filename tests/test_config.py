@@ -1,11 +1,11 @@
 """YAML + CLI -> dataclasses, TRL-style, with unknown keys caught."""
 
 import pytest
-
 from helpers import REPO
+
+from grpo_recipes.config.parsing import device_defaults, parse_recipe_args
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.parsing import device_defaults, parse_recipe_args
-from grpo_recipes.runner import default_run_name
+from grpo_recipes.run.runner import default_run_name
 
 DEFAULT = REPO / "recipes/configs/math_cpu.yaml"
 
@@ -57,12 +57,12 @@ def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
 
 
 def test_reward_dirs_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
-    from grpo_recipes import registry
+    from grpo_recipes.rewards import registry
 
     folder = tmp_path / "sub" / "my_rewards"
     folder.mkdir(parents=True)
     (folder / "config_relative.py").write_text(
-        "from grpo_recipes.registry import reward\n\n"
+        "from grpo_recipes.rewards.registry import reward\n\n"
         "@reward('config_relative_reward')\n"
         "def config_relative_reward(completions):\n"
         "    return [1.0 for _ in completions]\n"
@@ -81,7 +81,7 @@ def test_reward_dirs_in_a_config_file_are_relative_to_the_file(tmp_path, monkeyp
 
 
 def test_config_is_named_the_same_ways_the_launcher_accepts(tmp_path):
-    from grpo_recipes.parsing import split_config_arg
+    from grpo_recipes.config.parsing import split_config_arg
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("learning_rate: 2.0e-6\n")

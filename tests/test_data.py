@@ -5,8 +5,13 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from grpo_recipes.config import RecipeArguments
-from grpo_recipes.data import check_data_args, load_splits, question_key, split_rows
+from grpo_recipes.config.schema import RecipeArguments
+from grpo_recipes.tasks.data import (
+    check_data_args,
+    load_splits,
+    question_key,
+    split_rows,
+)
 
 
 def args(**kw):

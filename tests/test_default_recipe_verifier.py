@@ -2,7 +2,7 @@
 of issue 34 (working that contradicts the answer, empty-looking boxes, hedges outside a box, negations, superscript
 digits) earn no correctness and the empty boxes no format credit; every worked solution earns full marks.
 
-The rows come from grpo_recipes.data with recipes/configs/math_cpu.yaml's settings (train and held-out splits), and
+The rows come from grpo_recipes.tasks.data with recipes/configs/math_cpu.yaml's settings (train and held-out splits), and
 the rewards are compiled from the recipe's own reward specs (the arithmetic task's defaults), as the trainer and the
 held-out evaluation use them.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes import hacks, registry
-from grpo_recipes.parsing import parse_recipe_args
-from grpo_recipes.data import load_splits
+from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.rewards import hacks, registry
+from grpo_recipes.tasks.data import load_splits
 
 CONFIG = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "math_cpu.yaml"
 

@@ -8,12 +8,12 @@ import sys
 
 import pandas as pd
 import pytest
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes import registry
-from grpo_recipes.arithmetic import ArithmeticFault, evaluate, worked_steps
-from grpo_recipes.runner import prepare
-from grpo_recipes.task import available
+
+from grpo_recipes.rewards import registry
+from grpo_recipes.rewards.arithmetic import ArithmeticFault, evaluate, worked_steps
+from grpo_recipes.run.runner import prepare
+from grpo_recipes.tasks.registry import available
 
 worked_solution = available()["arithmetic"].worked_solution  # tasks/arithmetic.py
 WORKED_SOLUTION = "worked_solution"

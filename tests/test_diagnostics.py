@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from grpo_recipes.checks import reward_setting_problems
-from grpo_recipes.config import RecipeArguments
-from grpo_recipes.diagnostics import (
+from grpo_recipes.config.checks import reward_setting_problems
+from grpo_recipes.config.schema import RecipeArguments
+from grpo_recipes.grpo.diagnostics import (
     DiagnosticsSpec,
     advantage_stats,
     batch_diagnostics,

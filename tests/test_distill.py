@@ -1,4 +1,4 @@
-"""The distill stage (grpo_recipes/distill.py): a teacher of another vocabulary is refused before any weights load,
+"""The distill stage (grpo_recipes/stages/distill.py): a teacher of another vocabulary is refused before any weights load,
 the rejection filter keeps exactly the verified samples, a killed stage resumes without sampling a prompt twice or
 losing a trace, two processes share the sampling, a vLLM server can be the sampler, sft -> distill -> grpo runs
 from one command as one run, and the stage's CPU is recorded without its evaluations."""
@@ -13,13 +13,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes import budget, distill
-from grpo_recipes.config import DistillTracesConfig
+
+from grpo_recipes.config.schema import DistillTracesConfig
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.evaluate import EvalSettings, HeldOutEvalCallback, reward_roles, score
-from grpo_recipes.runner import main, prepare
+from grpo_recipes.evaluation.heldout import (
+    EvalSettings,
+    HeldOutEvalCallback,
+    reward_roles,
+    score,
+)
+from grpo_recipes.run.runner import main, prepare
+from grpo_recipes.stages import distill
+from grpo_recipes.state import budget
 
 CONFIGS = REPO / "recipes" / "configs"
 MATH = CONFIGS / "math_cpu.yaml"
@@ -130,8 +136,8 @@ def test_the_cpu_configs_say_to_train_their_teacher_first(config, run_env, monke
 @pytest.mark.parametrize("config,mode", [("distill_math_cpu.yaml", "DistillTracesConfig"),
                                          ("distill_math_logits_cpu.yaml", "DistillLogitsConfig")])
 def test_the_cpu_configs_plan_a_distill_stage_then_grpo_without_recomputation(config, mode):
-    from grpo_recipes import stages
-    from grpo_recipes.parsing import parse_recipe_args
+    from grpo_recipes.config import stages
+    from grpo_recipes.config.parsing import parse_recipe_args
 
     recipe, training, _, _ = parse_recipe_args(["--config", str(CONFIGS / config)])
     plans, problems = stages.plan_stages(recipe, training)
@@ -143,8 +149,8 @@ def test_the_cpu_configs_plan_a_distill_stage_then_grpo_without_recomputation(co
 
 
 def test_the_gpu_config_plans_a_traces_stage_then_grpo():
-    from grpo_recipes import stages
-    from grpo_recipes.parsing import parse_recipe_args
+    from grpo_recipes.config import stages
+    from grpo_recipes.config.parsing import parse_recipe_args
 
     # bf16 and vLLM colocate need CUDA: the parse on this CPU turns them off; the stages are what is checked here.
     recipe, training, _, _ = parse_recipe_args(["--bf16", "false", "--use_vllm", "false"],
@@ -205,8 +211,8 @@ def test_a_killed_stage_resumes_without_sampling_a_prompt_twice_or_losing_a_trac
     out = run_env / "killed"
     script = f"""
 import os
-from grpo_recipes import distill
-from grpo_recipes.runner import prepare
+from grpo_recipes.stages import distill
+from grpo_recipes.run.runner import prepare
 written = []
 append = distill.TraceStore.append
 def append_then_die(self, prompts, traces):

@@ -18,12 +18,13 @@ import pytest
 from helpers import REPO
 from transformers import LlamaConfig
 
-from grpo_recipes import cli, doctor
-from grpo_recipes.config import DEFAULT_MODEL
-from grpo_recipes.parsing import parse_recipe_args
+from grpo_recipes import cli
+from grpo_recipes.cli import doctor_checks as doctor
+from grpo_recipes.config.parsing import parse_recipe_args
 from grpo_recipes.sandbox import Isolation
-from grpo_recipes.tools import available, build_tools
-from grpo_recipes.vllm_support import WORKER_EXTENSION_ARGS
+from grpo_recipes.state.models import DEFAULT_MODEL
+from grpo_recipes.tools.registry import available, build_tools
+from grpo_recipes.vllm.support import WORKER_EXTENSION_ARGS
 
 CONFIGS = REPO / "recipes" / "configs"
 ACCELERATE = REPO / "accelerate_configs"

@@ -9,10 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes.alerts import AlertConfig, default_detectors
-from grpo_recipes.evaluate import (
+
+from grpo_recipes.evaluation.heldout import (
     EvalSettings,
     HeldOutEvalCallback,
     evaluate,
@@ -22,6 +21,7 @@ from grpo_recipes.evaluate import (
     score,
     summarise,
 )
+from grpo_recipes.grpo.alerts import AlertConfig, default_detectors
 
 MATH_CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 
@@ -128,8 +128,8 @@ def test_evaluate_is_seeded_restores_mode_and_leaves_training_rng_alone(tiny_mod
 
 
 def test_callback_evaluates_held_out_rows_only():
-    from grpo_recipes.data import question_key
-    from grpo_recipes.runner import prepare
+    from grpo_recipes.run.runner import prepare
+    from grpo_recipes.tasks.data import question_key
 
     run = prepare("math", ["--config", str(MATH_CONFIG), "--eval_size", "12", "--train_size", "60", "--output_dir",
                            "unused"])
@@ -167,10 +167,10 @@ def test_eval_cli_reads_a_training_output_dir_that_holds_checkpoints(tiny_model_
     check does not apply; training into that folder is still refused."""
     import shutil
 
-    from grpo_recipes.checkpoint import mark_complete
     from grpo_recipes.cli import main
     from grpo_recipes.errors import ConfigError
-    from grpo_recipes.runner import prepare
+    from grpo_recipes.run.runner import prepare
+    from grpo_recipes.state.checkpoint import mark_complete
 
     monkeypatch.chdir(run_env)
     out = run_env / "outputs" / "math_grpo"  # math_cpu.yaml's output_dir
@@ -251,7 +251,7 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
 
 
 def test_paired_gain_uses_the_spread_of_per_question_differences():
-    from grpo_recipes.evaluate import paired_gain
+    from grpo_recipes.evaluation.heldout import paired_gain
 
     rec = lambda *vals: [{"greedy": v} for v in vals]  # noqa: E731
     # 4 questions: one newly right, one newly wrong, two unchanged; one unscored row is left out of the pairs.
@@ -264,7 +264,7 @@ def test_paired_gain_uses_the_spread_of_per_question_differences():
 
 
 def test_the_sampled_gain_pairs_each_questions_share_of_solving_samples():
-    from grpo_recipes.evaluate import paired_gain, solved_sampled
+    from grpo_recipes.evaluation.heldout import paired_gain, solved_sampled
 
     rec = lambda *samples: [{"greedy": 1.0, "samples": list(s)} for s in samples]  # noqa: E731
     # Greedy is right throughout, so its gain is 0; the samples go from 1/4 to 3/4 on the first question and stay at

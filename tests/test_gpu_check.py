@@ -113,7 +113,8 @@ def test_random_model_has_the_carried_shape(tmp_path, smollm_tokenizer_dir):
 
 
 def test_the_runs_pass_the_start_up_checks_and_turn_every_feature_on(tmp_path, run_env, monkeypatch):
-    from grpo_recipes import registry, runner
+    from grpo_recipes.rewards import registry
+    from grpo_recipes.run import runner
 
     monkeypatch.chdir(tmp_path)
     runs = dict(gc.phases(tmp_path / "model", tmp_path / "work", steps=2, resume_steps=1, sft_steps=2))
@@ -137,7 +138,7 @@ def test_the_runs_pass_the_start_up_checks_and_turn_every_feature_on(tmp_path, r
 
 
 def test_the_check_reward():
-    from grpo_recipes import registry
+    from grpo_recipes.rewards import registry
 
     signal = registry.available([REPO / "bench" / "gpu_check_rewards"])["gpu_check_signal"].func
     questions = [f"Calculate {i} + 1." for i in range(20)]
@@ -207,7 +208,8 @@ def test_the_runner_runs_without_trackio(tmp_path):
     code = f"""
 import sys
 sys.modules["trackio"] = None  # find_spec answers None: not installed, for TRL and transformers too
-from grpo_recipes import runner, tracking
+from grpo_recipes.run import runner
+from grpo_recipes.state import tracking
 import trl.trainer.grpo_trainer
 run = runner.prepare("math", ["--report_to", "none", "--output_dir", {str(tmp_path / "out")!r}, "--train_size", "8",
                               "--eval_size", "4", "--bf16", "false"], {str(REPO / "recipes/configs/math_cpu.yaml")!r})

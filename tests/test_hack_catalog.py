@@ -1,4 +1,4 @@
-"""The hack catalog (grpo_recipes/hacks.py) against every shipped reward: each catalogued score holds, on the rows
+"""The hack catalog (grpo_recipes/rewards/hacks.py) against every shipped reward: each catalogued score holds, on the rows
 `grpo-recipes rewards check` uses by default. A change that makes a shipped reward pay for a hack fails here."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes import hacks, registry
-from grpo_recipes.reward_check import check_reward, default_rows
+from grpo_recipes.rewards import hacks, registry
+from grpo_recipes.rewards.check import check_reward, default_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")  # sympy deprecations from odd LaTeX, not ours
 

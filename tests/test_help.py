@@ -12,8 +12,8 @@ import pytest
 from helpers import REPO
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
-from grpo_recipes import config as recipe_config
-from grpo_recipes.config import RecipeArguments
+from grpo_recipes.config import schema as recipe_config
+from grpo_recipes.config.schema import RecipeArguments
 
 RECIPES = sorted(p.name for p in (REPO / "recipes").glob("*.py"))
 

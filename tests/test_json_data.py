@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from jsonschema.validators import validator_for
 
-from grpo_recipes.tasks.json_tasks import DOMAINS, build_splits, main
+from grpo_recipes.tasks.json_rows import DOMAINS, build_splits, main
 
 DATA = Path(__file__).resolve().parent.parent / "recipes" / "data"
 

@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers import REPO, tiny_run_args, trackio_metrics
 
-from helpers import REPO, tiny_run_args
-from grpo_recipes import hacks, registry
-from grpo_recipes.data import load_splits
-from grpo_recipes.parsing import parse_recipe_args
-from helpers import trackio_metrics
+from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.rewards import hacks, registry
+from grpo_recipes.tasks.data import load_splits
 
 
 def test_json_recipe_logs_parse_and_schema_rates(tiny_model_dir, run_env):

@@ -22,11 +22,13 @@ from pathlib import Path
 import pytest
 from helpers import free_port
 
-from grpo_recipes import cli, launch, models, vllm_support
+from grpo_recipes import cli, launch
 from grpo_recipes.cli import launch as launch_cli
 from grpo_recipes.errors import LaunchError, LaunchFailure
-from grpo_recipes.launch import Layout, LaunchPlan, Proc, execute, plan, wait_ready
-from grpo_recipes.vllm_support import check_vllm
+from grpo_recipes.launch import LaunchPlan, Layout, Proc, execute, plan, wait_ready
+from grpo_recipes.state import models
+from grpo_recipes.vllm import support as vllm_support
+from grpo_recipes.vllm.support import check_vllm
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "recipes/math_grpo.py"
@@ -138,7 +140,7 @@ def test_cpu_vllm_server_layout_serves_the_local_folder_on_loopback():
     plan = plan_layout(RECIPE, accelerate_config="accelerate_configs/cpu.yaml", vllm_mode="server", port=8123,
                        recipe_args=["--config", "recipes/configs/math_cpu.yaml"])
     assert plan.server.argv == ["trl", "vllm-serve", "--model", SMOLLM, "--host", "127.0.0.1", "--port", "8123",
-                                "--worker-extension-cls", "grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension"]
+                                "--worker-extension-cls", "grpo_recipes.vllm.cpu_worker.CPUSyncWorkerExtension"]
     assert plan.server.env == CPU_VLLM_ENV  # no CUDA_VISIBLE_DEVICES: no GPU is involved
     assert plan.trainer.env == {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     assert plan.trainer.argv[-8:] == ["--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_host",
@@ -280,7 +282,7 @@ def test_cpu_server_command_parses_with_trl_vllm_serve():
     script_args, passthrough = make_parser(prog="trl vllm-serve").parse_args_and_config(
         args=argv[2:], return_remaining_strings=True)
     # Forwarded to `vllm serve` as-is: the worker extension the CPU weight sync calls (vllm_cpu_worker.py).
-    assert passthrough == ["--worker-extension-cls", "grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension"]
+    assert passthrough == ["--worker-extension-cls", "grpo_recipes.vllm.cpu_worker.CPUSyncWorkerExtension"]
     assert (script_args.model, script_args.tensor_parallel_size, script_args.host, script_args.port,
             script_args.max_model_len) == ("/m", 1, "127.0.0.1", 8000, 1024)
 
@@ -288,7 +290,7 @@ def test_cpu_server_command_parses_with_trl_vllm_serve():
 def test_trainer_command_parses_with_accelerate_and_the_recipe():
     from accelerate.commands.launch import launch_command_parser
 
-    from grpo_recipes.parsing import parse_recipe_args
+    from grpo_recipes.config.parsing import parse_recipe_args
 
     argv = _server_and_trainer().trainer.argv
     assert argv[:2] == ["accelerate", "launch"]
@@ -304,9 +306,9 @@ def test_trainer_command_parses_with_accelerate_and_the_recipe():
 
 @pytest.mark.parametrize("config, processes", [(GPU_CFG, [1, 2, 7, 8]), (SERVER_CFG, [7, 14, 16])])
 def test_gpu_recipe_configs_load_and_hold_whole_groups(config, processes):
-    from grpo_recipes import registry
-    from grpo_recipes.data import check_data_args
-    from grpo_recipes.parsing import parse_recipe_args
+    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.rewards import registry
+    from grpo_recipes.tasks.data import check_data_args
 
     recipe, grpo, model_args, _ = parse_recipe_args(["--config", config, "--bf16", "false", "--use_cpu", "true"])
     # The data and reward checks only: the runner's full validation also probes vLLM and the GPU, not present here.
@@ -334,7 +336,7 @@ def test_launcher_and_recipe_read_config_equals_the_same_way(capsys, monkeypatch
     recipe the launched trainer runs: both use parsing.split_config_arg."""
     from accelerate.commands.launch import launch_command_parser
 
-    from grpo_recipes.parsing import parse_recipe_args
+    from grpo_recipes.config.parsing import parse_recipe_args
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert cli.main(["launch", "--accelerate-config", "accelerate_configs/zero3.yaml", "--gpus", "8", "--dry-run",
@@ -595,7 +597,7 @@ def test_check_vllm_all_good_in_colocate(vllm_build):
 
 def test_check_vllm_does_not_import_vllm():
     # find_spec and distribution metadata only: importing vllm would initialise CUDA at config-check time
-    code = ("import sys; from grpo_recipes.vllm_support import check_vllm; "
+    code = ("import sys; from grpo_recipes.vllm.support import check_vllm; "
             "check_vllm(True, 'colocate', 'h', 1, 0, cuda_available=True); "
             "check_vllm(True, 'colocate', 'h', 1, 0, cuda_available=False); print('vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
@@ -614,7 +616,7 @@ def test_check_vllm_unreachable_server(vllm_build):
     on_cpu = check_vllm(True, "server", "127.0.0.1", port, 0.2, model="/m", cuda_available=False)
     assert len(on_cpu) == 1 and "CUDA_VISIBLE_DEVICES" not in on_cpu[0]
     assert f"VLLM_CPU_KVCACHE_SPACE=1 VLLM_USE_AOT_COMPILE=0 trl vllm-serve --model /m --host 127.0.0.1 " \
-           f"--port {port} --worker-extension-cls grpo_recipes.vllm_cpu_worker.CPUSyncWorkerExtension" in on_cpu[0]
+           f"--port {port} --worker-extension-cls grpo_recipes.vllm.cpu_worker.CPUSyncWorkerExtension" in on_cpu[0]
     assert "--accelerate-config accelerate_configs/cpu.yaml" in on_cpu[0]
 
 

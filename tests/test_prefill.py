@@ -1,5 +1,5 @@
-"""Prompt prefill once per distinct prompt (grpo_recipes/prefill.py) and `share_prompt_prefill` in GRPO's generation
-(grpo_recipes/features/prefill.py): the same tokens as generate() prefilling every row, greedy and sampled, in a
+"""Prompt prefill once per distinct prompt (grpo_recipes/grpo/prefill.py) and `share_prompt_prefill` in GRPO's generation
+(grpo_recipes/grpo/features/prefill.py): the same tokens as generate() prefilling every row, greedy and sampled, in a
 unit and in a run; a TRL whose generation no longer calls the policy's generate() is an error, not a silent no-op."""
 
 import json
@@ -11,11 +11,15 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes.evaluate import EvalSettings, generation_config, prompt_token_ids
-from grpo_recipes.features.prefill import PromptPrefill
-from grpo_recipes.prefill import common_prefix, distinct, prefill
+
+from grpo_recipes.evaluation.heldout import (
+    EvalSettings,
+    generation_config,
+    prompt_token_ids,
+)
+from grpo_recipes.grpo.features.prefill import PromptPrefill
+from grpo_recipes.grpo.prefill import common_prefix, distinct, prefill
 
 
 def _plain(model, rows, config):

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import REPO, tiny_run_args
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from helpers import REPO, tiny_run_args
-from grpo_recipes.prompt_sharing import PromptSharing, blockers
+from grpo_recipes.grpo.prompt_sharing import PromptSharing, blockers
 
 PAD = 0
 

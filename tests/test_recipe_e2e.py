@@ -9,7 +9,6 @@ import time
 
 import psutil
 import pytest
-
 from helpers import REPO, tiny_run_args, trackio_metrics
 
 

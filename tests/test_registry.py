@@ -6,10 +6,14 @@ import sys
 import textwrap
 
 import pytest
-
 from helpers import REPO
-from grpo_recipes import registry
-from grpo_recipes.registry import CompiledReward, RewardContractError, RewardSpec
+
+from grpo_recipes.rewards import registry
+from grpo_recipes.rewards.registry import (
+    CompiledReward,
+    RewardContractError,
+    RewardSpec,
+)
 
 
 def write_reward(folder, name, body):
@@ -30,7 +34,7 @@ def test_shipped_rewards_are_found_with_their_contract():
 def test_drop_in_file_is_usable_by_name_from_yaml_with_weight(tmp_path, tiny_model_dir, run_env):
     """A file added under rewards/ (here: the cwd's rewards/) is picked up by name, weight and params."""
     write_reward(run_env / "rewards", "shout", '''
-        from grpo_recipes.registry import reward
+        from grpo_recipes.rewards import reward
 
         @reward("shout_reward")
         def shout_reward(completions, *, bonus: float = 0.5):
@@ -59,7 +63,7 @@ def test_drop_in_file_is_usable_by_name_from_yaml_with_weight(tmp_path, tiny_mod
 def test_reward_dirs_env_and_launch_from_elsewhere(tmp_path, monkeypatch):
     folder = tmp_path / "my_rewards"
     write_reward(folder, "envfound", '''
-        from grpo_recipes.registry import reward
+        from grpo_recipes.rewards import reward
 
         @reward("env_found")
         def env_found(completions, answer):
@@ -81,7 +85,7 @@ def test_no_top_level_rewards_package_is_imported():
 def test_duplicate_name_in_two_files_is_an_error(tmp_path, monkeypatch):
     for stem in ("a", "b"):
         write_reward(tmp_path / "dups", stem, f'''
-            from grpo_recipes.registry import reward
+            from grpo_recipes.rewards import reward
 
             @reward("twice_defined")
             def f_{stem}(completions):
@@ -180,7 +184,7 @@ def test_format_role_picks_the_default_format_reward():
 
 
 def test_default_recipes_resolve_their_format_and_correctness_rewards(run_env, monkeypatch):
-    from grpo_recipes.runner import prepare
+    from grpo_recipes.run.runner import prepare
 
     monkeypatch.chdir(run_env)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -241,7 +245,7 @@ def test_a_drop_in_rewards_annotations_are_its_contract(tmp_path):
 
         from typing import Annotated, Literal
 
-        from grpo_recipes.registry import Range, reward
+        from grpo_recipes.rewards import Range, reward
 
         @reward("typed_reward")
         def typed_reward(completions, *, mode: Literal["a", "b"] | None = None,
@@ -285,7 +289,7 @@ def test_an_annotation_the_registry_cannot_check_is_refused_at_registration():
 
 @pytest.mark.parametrize("where", ["yaml", "cli"])
 def test_bad_param_values_stop_the_run_before_the_model_loads(where, run_env, monkeypatch, capsys):
-    from grpo_recipes import runner
+    from grpo_recipes.run import runner
 
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded")

@@ -23,10 +23,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes.checkpoint import SENTINEL, checkpoint_dirs, verify
-from grpo_recipes.registry import completion_text
+
+from grpo_recipes.rewards.registry import completion_text
+from grpo_recipes.state.checkpoint import SENTINEL, checkpoint_dirs, verify
 
 RECIPE = REPO / "recipes/math_grpo.py"
 PROJECT = "grpo-recipes-math"
@@ -37,7 +37,7 @@ HUNG = 1200  # seconds after which a run counts as hung; a run takes minutes on 
 
 PROBE = '''
 import json
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards import reward
 
 
 @reward("order_probe")

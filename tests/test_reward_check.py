@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes import registry
 from grpo_recipes.cli import main
-from grpo_recipes.reward_check import MALFORMED, check_reward, default_rows
+from grpo_recipes.rewards import registry
+from grpo_recipes.rewards.check import MALFORMED, check_reward, default_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")  # sympy deprecations from fuzzed LaTeX
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(n for n, r in registry.available().items() if Path(r.source).parent == REPO / "rewards")
 
 BROKEN = textwrap.dedent('''
-    from grpo_recipes.registry import reward
+    from grpo_recipes.rewards import reward
 
     @reward("broken_raises")
     def broken_raises(completions):
@@ -165,7 +165,7 @@ def test_check_with_a_recipe_config(tmp_path, capsys):
 NAIVE = textwrap.dedent('''
     import re
     import time
-    from grpo_recipes.registry import reward
+    from grpo_recipes.rewards import reward
 
     @reward("naive_contains")
     def naive_contains(completions, answer):

@@ -8,7 +8,7 @@ import sys
 import pytest
 import reasoning_gym
 
-from grpo_recipes.registry import available
+from grpo_recipes.rewards.registry import available
 
 REWARDS = available()
 EXACT = sys.modules[REWARDS["exact_match"].func.__module__]

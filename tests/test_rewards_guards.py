@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from trl.rewards import get_repetition_penalty_reward, get_soft_overlong_punishment
 
-from grpo_recipes.registry import available
+from grpo_recipes.rewards.registry import available
 
 REWARDS = available()
 IDS = [[1] * 10, [1] * 85, [1] * 90, [1] * 100, [1] * 130, list(range(50)), [1, 2, 3] * 20, [7, 8]]

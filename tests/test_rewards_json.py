@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from grpo_recipes.tasks.json_tasks import build_rows
-from grpo_recipes.registry import available
+from grpo_recipes.rewards.registry import available
+from grpo_recipes.tasks.json_rows import build_rows
 
 REWARDS = available()
 JSON = sys.modules[REWARDS["json_schema"].func.__module__]

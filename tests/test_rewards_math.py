@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes import answers
-from grpo_recipes.registry import available
+from grpo_recipes.rewards import answers
+from grpo_recipes.rewards.registry import available
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")  # sympy deprecations from odd LaTeX, not ours
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_recipes.tasks.json_tasks import build_rows
-from grpo_recipes.registry import CONTEXT_NAMES, available
+from grpo_recipes.rewards.registry import CONTEXT_NAMES, available
+from grpo_recipes.tasks.json_rows import build_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")  # sympy deprecations from odd LaTeX, not ours
 

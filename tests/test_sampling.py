@@ -1,4 +1,4 @@
-"""Dynamic sampling and the curriculum (grpo_recipes/sampling.py): a batch whose groups scored alike is refilled with
+"""Dynamic sampling and the curriculum (grpo_recipes/grpo/sampling.py): a batch whose groups scored alike is refilled with
 groups of new prompts, the refill stops at its bound and says so, two processes train on consistent batches, a
 resumed run draws the prompts a straight run draws, and the curriculum shelves what the run always or never solves."""
 
@@ -11,12 +11,17 @@ import sys
 from types import SimpleNamespace
 
 import pandas as pd
-import pytest
 import torch
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes import sampling
-from grpo_recipes.sampling import PassRates, PromptPool, Refill, merge, merge_gathered
+
+from grpo_recipes.grpo import sampling
+from grpo_recipes.grpo.sampling import (
+    PassRates,
+    PromptPool,
+    Refill,
+    merge,
+    merge_gathered,
+)
 
 REWARDS = {
     # answer a multiple of 3: completions scored by their length (they differ); any other: 0 (the group is equal)

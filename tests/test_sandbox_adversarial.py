@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO
+
 from grpo_recipes import sandbox
 from grpo_recipes.sandbox.inside import cgroup, jail, seccomp
 

@@ -5,15 +5,13 @@ checks that the start-up report names it instead. Time bounds here only catch ha
 
 import functools
 import json
-import os
 import secrets
 import socket
 import textwrap
 import tracemalloc
 
-import pytest
-
 from helpers import REPO
+
 from grpo_recipes import sandbox
 from grpo_recipes.sandbox import host
 from grpo_recipes.sandbox.inside import codec

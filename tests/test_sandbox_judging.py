@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from grpo_recipes import registry, sandbox
+from grpo_recipes import sandbox
+from grpo_recipes.rewards import registry
 
 HANG_S = 120
 run_tests = functools.partial(sandbox.run_tests, timeout_s=HANG_S)
@@ -98,7 +99,7 @@ def test_issue34_item2_forged_sandbox_verdicts_gain_nothing_when_refused():
 
 def test_issue34_item2_training_and_held_out_tests_are_never_refused():
     from grpo_recipes.sandbox import split
-    from grpo_recipes.tasks.code_tasks import generate_code_tasks
+    from grpo_recipes.tasks.code_rows import generate_code_tasks
     from grpo_recipes.tasks.humaneval import load_humaneval
 
     tests = [t for r in generate_code_tasks(300, seed=0) for t in r["tests"]] + \

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from grpo_recipes.tasks.code_tasks import generate_code_tasks
-from grpo_recipes.tasks.humaneval import load_humaneval
 from grpo_recipes.sandbox import split, verdict
 from grpo_recipes.sandbox.inside import codec
+from grpo_recipes.tasks.code_rows import generate_code_tasks
+from grpo_recipes.tasks.humaneval import load_humaneval
 
 # ---- codec: plain data in, plain data out, bounded, nothing executed
 

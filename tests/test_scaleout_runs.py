@@ -6,9 +6,7 @@ import subprocess
 import sys
 
 import pandas as pd
-
-from helpers import REPO, tiny_run_args
-from helpers import trackio_metrics
+from helpers import REPO, tiny_run_args, trackio_metrics
 
 
 def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):

@@ -9,13 +9,13 @@ import sys
 import pytest
 from helpers import REPO, tiny_run_args
 
-from grpo_recipes import registry
-from grpo_recipes.checkpoint import checkpoint_dirs, verify
-from grpo_recipes.config import SFTStageConfig
-from grpo_recipes.data import load_splits, question_key
-from grpo_recipes.parsing import parse_recipe_args
-from grpo_recipes.runner import main
-from grpo_recipes.sft import build_examples
+from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.schema import SFTStageConfig
+from grpo_recipes.rewards import registry
+from grpo_recipes.run.runner import main
+from grpo_recipes.stages.sft import build_examples
+from grpo_recipes.state.checkpoint import checkpoint_dirs, verify
+from grpo_recipes.tasks.data import load_splits, question_key
 
 SFT_CONFIG = REPO / "recipes" / "configs" / "sft_math_cpu.yaml"
 GRPO_CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
@@ -127,7 +127,7 @@ def test_sft_output_is_a_model_the_math_recipe_trains_from(tiny_model_dir, run_e
 
 
 def test_lora_warm_up_is_saved_merged(tiny_model_dir, run_env):
-    from grpo_recipes.models import resolve_model
+    from grpo_recipes.state.models import resolve_model
 
     out = run_env / "lora"
     argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--max_steps", "1",

@@ -9,12 +9,13 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes import stages
+
+from grpo_recipes.config import stages
+from grpo_recipes.config.parsing import parse_recipe_args
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.parsing import parse_recipe_args
-from grpo_recipes.runner import prepare
+from grpo_recipes.run.runner import prepare
+from grpo_recipes.state import checkpoint
 
 MATH = REPO / "recipes" / "configs" / "math_cpu.yaml"
 SFT = {"name": "sft", "max_steps": 2, "learning_rate": 1e-3, "lr_scheduler_type": "constant",
@@ -51,7 +52,7 @@ def test_sft_then_grpo_in_one_run_with_one_step_axis_and_an_evaluation_at_each_b
     # The sft stage trained into its own folder, marked done; the last stage into output_dir.
     sft_dir = out / "stages" / "1-sft"
     assert (sft_dir / "model.safetensors").is_file() and (out / "model.safetensors").is_file()
-    assert json.loads((sft_dir / stages.DONE).read_text())["global_step"] == 2
+    assert json.loads((sft_dir / checkpoint.DONE).read_text())["global_step"] == 2
     logs = _train_logs(tracks)
     assert sorted(logs) == [1, 2, 3]  # one run: GRPO's first step is the run's third
     assert all("train/reward" not in logs[s] and logs[s]["train/learning_rate"] == 1e-3 for s in (1, 2))
@@ -98,7 +99,7 @@ def test_resume_continues_inside_the_sft_stage_and_across_the_boundary(tiny_mode
 
 
 def stages_checkpoints(out):
-    from grpo_recipes.checkpoint import checkpoint_dirs
+    from grpo_recipes.state.checkpoint import checkpoint_dirs
 
     return checkpoint_dirs(out)
 

@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import REPO
-from grpo_recipes import task as tasks
+
+from grpo_recipes.config.parsing import parse_recipe_args
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.parsing import parse_recipe_args
-from grpo_recipes.runner import prepare
+from grpo_recipes.run.runner import prepare
+from grpo_recipes.tasks import registry as tasks
 
 EXAMPLE = REPO / "tests" / "data" / "spell_task"
 MATH = REPO / "recipes" / "configs" / "math_cpu.yaml"

@@ -20,12 +20,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from token_fidelity import AGENT_CONFIG, Recording, Retokenise, episodes, problems
 from transformers import LogitsProcessor, LogitsProcessorList
 from trl.chat_template_utils import is_chat_template_prefix_preserving
 
-from grpo_recipes import grpo_stage, runner
-from grpo_recipes.tool_templates import TEMPLATES
-from token_fidelity import AGENT_CONFIG, Recording, Retokenise, episodes, problems
+from grpo_recipes.run import runner
+from grpo_recipes.stages import grpo as grpo_stage
+from grpo_recipes.tools.templates import TEMPLATES
 
 CHATML_TOOLS = TEMPLATES["chatml_tools"].chat_template
 # chatml_tools, except that an assistant turn followed by a tool message loses its text before the call (as Qwen3's

@@ -1,5 +1,4 @@
-from grpo_recipes.alerts import ToolResultIgnored, ToolsAbandoned
-from grpo_recipes.alerts import AlertConfig
+from grpo_recipes.grpo.alerts import AlertConfig, ToolResultIgnored, ToolsAbandoned
 
 
 def feed(det, series, key="tools/call_rate", extra=None):

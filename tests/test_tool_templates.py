@@ -5,8 +5,13 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from grpo_recipes.tool_templates import (
-    CHATML_TOOLS, INVALID_CALL, ToolTemplateError, check_model_template, install, parse_assistant,
+from grpo_recipes.tools.templates import (
+    CHATML_TOOLS,
+    INVALID_CALL,
+    ToolTemplateError,
+    check_model_template,
+    install,
+    parse_assistant,
 )
 
 
@@ -101,7 +106,9 @@ def test_unknown_tool_names_are_flagged_when_tools_are_given(tool_tokenizer, too
 
 def test_trl_accepts_the_template(tool_tokenizer):
     from trl.chat_template_utils import (
-        is_chat_template_prefix_preserving, is_chat_template_stop_token_trained, supports_tool_calling,
+        is_chat_template_prefix_preserving,
+        is_chat_template_stop_token_trained,
+        supports_tool_calling,
     )
 
     assert supports_tool_calling(tool_tokenizer)

@@ -5,10 +5,10 @@ import threading
 import pytest
 from transformers.utils import get_json_schema
 
-from grpo_recipes import tools as T
-from grpo_recipes.tool_templates import INVALID_CALL
-from grpo_recipes.episodes import classify
-from grpo_recipes.tools import ToolError, guarded, invalid_call_handler, tool
+from grpo_recipes.tools import registry as T
+from grpo_recipes.tools.episodes import classify
+from grpo_recipes.tools.registry import ToolError, guarded, invalid_call_handler, tool
+from grpo_recipes.tools.templates import INVALID_CALL
 
 
 def _def(func, timeout_s=5.0):
@@ -217,7 +217,7 @@ def test_python_output_is_capped(python):
 def test_environment_methods_are_guarded_tools_and_trl_sees_them():
     import inspect as _inspect
 
-    from grpo_recipes.tools import environment, environments
+    from grpo_recipes.tools.registry import environment, environments
 
     @environment("counter_t", timeout_s=1)
     class Counter:
@@ -254,7 +254,7 @@ def test_environment_methods_are_guarded_tools_and_trl_sees_them():
 
 
 def test_environment_without_reset_is_refused():
-    from grpo_recipes.tools import environment
+    from grpo_recipes.tools.registry import environment
 
     with pytest.raises(TypeError, match="needs a reset"):
         environment("bad_t")(type("Bad", (), {}))

@@ -16,7 +16,7 @@ import trackio
 from transformers import TrainerControl, TrainerState
 from transformers.integrations import TrackioCallback
 
-from grpo_recipes import tracking
+from grpo_recipes.state import tracking
 
 PROJECT = "steps"
 GENERATE = "profiling/Time taken: RecipeTrainer.transformers.generate"

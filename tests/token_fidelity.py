@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_recipes.features.base import TrainerFeature
+from grpo_recipes.grpo.features.base import TrainerFeature
 
 AGENT_CONFIG = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "agent_cpu.yaml"
 
@@ -206,7 +206,7 @@ class Retokenise(TrainerFeature):
 def main(argv: list[str]) -> int:
     """Train the agent recipe through the project's runner (vLLM-colocate test), recording as above; with
     --retokenise, through the re-tokenising pipeline."""
-    from grpo_recipes import runner
+    from grpo_recipes.run import runner
 
     split = argv.index("--")
     p = argparse.ArgumentParser()

@@ -29,8 +29,8 @@ import torch
 from transformers import TrainerCallback
 from vllm import SamplingParams
 
-from grpo_recipes import runner
-from grpo_recipes.vllm_cpu_sync import CPUVLLMGeneration
+from grpo_recipes.run import runner
+from grpo_recipes.vllm.cpu_sync import CPUVLLMGeneration
 
 RECIPE_CONFIG = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "math_cpu.yaml"
 PROMPT_IDS = list(range(100, 140))  # 40 arbitrary token ids: the same prompt in every run

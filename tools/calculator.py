@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from grpo_recipes.arithmetic import ArithmeticFault, evaluate
+from grpo_recipes.rewards.arithmetic import ArithmeticFault, evaluate
 from grpo_recipes.tools import ToolError, tool
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import zlib
 
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards.registry import reward
 
 
 @reward("gpu_check_signal")

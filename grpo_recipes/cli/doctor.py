@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from .. import bundled
-from ..doctor import diagnose, render
+from .doctor_checks import diagnose, render
 
 DEFAULT_RECIPE = "math"
 

@@ -19,10 +19,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .. import bundled
 from ..errors import ConfigError, ModelNotFound
-from ..evaluate import EvalSettings, eos_token_ids, evaluate, reward_roles, summarise
-from ..models import resolve_model
-from ..grpo_stage import tool_kwargs
-from ..runner import prepare
+from ..evaluation.heldout import (
+    EvalSettings,
+    eos_token_ids,
+    evaluate,
+    reward_roles,
+    summarise,
+)
+from ..run.runner import prepare
+from ..stages.grpo import tool_kwargs
+from ..state.models import resolve_model
 
 
 def register(subparsers) -> None:

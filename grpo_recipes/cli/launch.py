@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .. import bundled
-from ..config_files import read_yaml, split_config_arg
+from ..config.files import read_yaml, split_config_arg
 from ..errors import ConfigError, LaunchError, ModelNotFound
-from ..launch import Layout, LaunchPlan, execute, plan, resolve_gpu_ids
+from ..launch import LaunchPlan, Layout, execute, plan, resolve_gpu_ids
 from ..launch.layout import (
     DEFAULT_MAIN_PORT,
     DEFAULT_PORT,
@@ -40,7 +40,7 @@ from ..launch.layout import (
     ROLES,
 )
 from ..launch.plan import SERVER_GPU_MEMORY_UTILIZATION
-from ..vllm_support import vllm_install_problems
+from ..vllm.support import vllm_install_problems
 
 
 def register(subparsers) -> None:
@@ -152,7 +152,7 @@ def ready_for_cpu_vllm(launch_plan: LaunchPlan, model_cache_dir: str | None = No
     if launch_plan.server_model is None:
         return launch_plan
     # Here, not at the top: models imports transformers and TRL's config (~10 s), which no other launch needs.
-    from ..models import resolve_model
+    from ..state.models import resolve_model
 
     try:
         folder, _ = resolve_model(launch_plan.server_model, model_cache_dir)

@@ -14,10 +14,10 @@ import os
 import sys
 from pathlib import Path
 
-from .. import registry
-from ..data import load_splits
-from ..parsing import parse_recipe_args
-from ..reward_check import check_reward, default_rows
+from ..config.parsing import parse_recipe_args
+from ..rewards import registry
+from ..rewards.check import check_reward, default_rows
+from ..tasks.data import load_splits
 
 
 def register(subparsers) -> None:

@@ -14,8 +14,8 @@ import argparse
 import sys
 
 from .. import bundled
-from ..config_files import split_config_arg
-from ..runner import main
+from ..config.files import split_config_arg
+from ..run.runner import main
 
 DEFAULT_RECIPE = "math"
 

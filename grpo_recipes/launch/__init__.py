@@ -8,7 +8,7 @@ The command line is cli/launch.py.
 """
 
 from .execute import execute, wait_ready
-from .layout import Layout, LaunchPlan, Proc
+from .layout import LaunchPlan, Layout, Proc
 from .plan import plan, resolve_gpu_ids
 
 __all__ = ["Layout", "LaunchPlan", "Proc", "execute", "plan", "resolve_gpu_ids", "wait_ready"]

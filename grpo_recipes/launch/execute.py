@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import LaunchFailure
-from ..vllm_support import poll_health
+from ..vllm.support import poll_health
 from .layout import DEFAULT_STOP_TIMEOUT_S, LaunchPlan, Proc
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import LaunchError
-from ..vllm_support import VLLM_MODES
+from ..vllm.support import VLLM_MODES
 
 OFF = "off"  # the launcher's own mode: generate with transformers (use_vllm false)
 MODES = (*VLLM_MODES, OFF)

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..batching import batch_problems
-from ..config_files import read_yaml, split_config_arg
+from ..config.batching import batch_problems
+from ..config.files import read_yaml, split_config_arg
 from ..errors import ConfigError, LaunchError
-from ..vllm_support import CPU_ENGINE_ENV, WORKER_EXTENSION_ARGS, health_url
+from ..vllm.support import CPU_ENGINE_ENV, WORKER_EXTENSION_ARGS, health_url
 from .layout import OFF, LaunchPlan, Layout, Proc
 
 # `trl vllm-serve`'s own default: a server owns its GPUs, so it may take most of their memory for the KV cache.
@@ -118,7 +118,7 @@ def _plan_cpu(layout: Layout, cfg: _Configs) -> LaunchPlan:
 
 def _plan_cpu_vllm(layout: Layout, cfg: _Configs, processes: int) -> LaunchPlan:
     """vLLM's CPU build (scripts/install_vllm_cpu.sh) with one trainer process: colocated in it, or a `trl vllm-serve`
-    on this machine, which reads the trained weights from the trainer's folder (grpo_recipes/vllm_cpu_sync.py)."""
+    on this machine, which reads the trained weights from the trainer's folder (grpo_recipes/vllm/cpu_sync.py)."""
     path, mode = layout.accelerate_config, layout.vllm_mode
     if processes != 1:
         raise LaunchError(f"--vllm-mode {mode}: vLLM on CPU runs here with one trainer process, and "

@@ -1,7 +1,7 @@
-"""Offline task data: generators of the committed training/held-out files, and loaders of fixed benchmarks.
+"""Tasks: what a task file (tasks/*.py) imports. The Task interface and discovery: registry.py; a task's
+rows to train / held-out splits: data.py; the shipped tasks' data: code_rows.py, json_rows.py,
+humaneval.py."""
 
-A leaf of grpo_recipes: nothing here imports the rest of the package.
-- code_tasks.py: procedural Python functions with unit tests (recipes/data/code_train.jsonl)
-- json_tasks.py: structured extraction, text -> schema-valid JSON (recipes/data/json_{train,eval}.jsonl)
-- humaneval.py: HumanEval, the code recipe's held-out set (never trained on)
-"""
+from .registry import Task, task
+
+__all__ = ["Task", "task"]

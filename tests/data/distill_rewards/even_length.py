@@ -1,6 +1,6 @@
 """A reward file for tests/test_distill.py, found through `reward_dirs` as a user's would be."""
 
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards import reward
 
 
 @reward("test_even_length")

@@ -1,6 +1,6 @@
 """A reward file for tests/test_sampling.py: every completion scores the same, so every group has zero advantage."""
 
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards import reward
 
 
 @reward("test_constant")

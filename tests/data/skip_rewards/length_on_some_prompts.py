@@ -1,6 +1,6 @@
 """A reward file for tests/test_skip_zero_advantage.py, found through `reward_dirs` as a user's would be."""
 
-from grpo_recipes.registry import reward
+from grpo_recipes.rewards import reward
 
 
 @reward("test_length_on_multiples_of_three")

@@ -3,8 +3,8 @@
 import json
 import re
 
-from grpo_recipes.registry import reward
-from grpo_recipes.task import Task, task
+from grpo_recipes.rewards import reward
+from grpo_recipes.tasks import Task, task
 
 BOX = re.compile(r"\\boxed\{([^{}]*)\}")
 
