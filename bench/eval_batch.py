@@ -18,12 +18,7 @@ import time
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpo_recipes import bundled
-from grpo_recipes.evaluation.heldout import (
-    EvalSettings,
-    eos_token_ids,
-    evaluate,
-    reward_roles,
-)
+from grpo_recipes.evaluation.heldout import EvalSettings, eos_token_ids, evaluate, reward_roles
 from grpo_recipes.run.runner import prepare
 from grpo_recipes.state.models import resolve_model
 

@@ -77,7 +77,7 @@ def run_generate(model, tok, prompt_ids, config, count_tokens: bool = False, sha
     from trl.trainer.utils import pad
 
     from grpo_recipes.evaluation.heldout import cut_at_eos
-    from grpo_recipes.grpo.prefill import generate_prefilled
+    from grpo_recipes.grpo.features.prefill import generate_prefilled
 
     tensors = [torch.tensor(p) for p in prompt_ids]
     ids = pad(tensors, padding_value=tok.pad_token_id, padding_side="left")

@@ -187,8 +187,7 @@ def fetch_wheels(dest: Path, versions: dict[str, str]) -> None:
 
 def copy_model_files(dest: Path) -> Path:
     """SmolLM2-135M-Instruct's config, generation config and tokenizer, no weights, from the offline model."""
-    from grpo_recipes.state.models import DEFAULT_MODEL
-    from grpo_recipes.state.models import resolve_model
+    from grpo_recipes.state.models import DEFAULT_MODEL, resolve_model
 
     source, _ = resolve_model(DEFAULT_MODEL)
     dest.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.trainer.utils import add_fused_lm_head
 
-from grpo_recipes.grpo.prompt_sharing import PromptSharing
+from grpo_recipes.grpo.features.sharing import PromptSharing
 from grpo_recipes.run import runner
 from grpo_recipes.state.models import prepare_model
 

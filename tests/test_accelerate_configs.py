@@ -14,11 +14,7 @@ pytest.importorskip("accelerate")
 from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file  # noqa: E402
 from accelerate.commands.launch import _validate_launch_command, launch_command_parser  # noqa: E402
 from accelerate.utils import DistributedType  # noqa: E402
-from accelerate.utils.launch import (  # noqa: E402
-    prepare_deepspeed_cmd_env,
-    prepare_multi_gpu_env,
-    prepare_simple_launcher_cmd_env,
-)
+from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env, prepare_simple_launcher_cmd_env  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "accelerate_configs"

@@ -19,13 +19,7 @@ from trl import GRPOConfig
 from grpo_recipes.grpo.features.tools import ToolCalls
 from grpo_recipes.grpo.trainer import RecipeTrainer
 from grpo_recipes.tools.episodes import classify, read_episode
-from grpo_recipes.tools.registry import (
-    available,
-    build_tools,
-    guarded,
-    registered,
-    tool,
-)
+from grpo_recipes.tools.registry import available, build_tools, guarded, registered, tool
 from grpo_recipes.tools.templates import INVALID_CALL
 
 _spec = importlib.util.spec_from_file_location("agent_rewards_e2e", Path(__file__).parent.parent / "rewards" / "agent.py")

@@ -18,14 +18,7 @@ from grpo_recipes.errors import RewardFailureRateExceeded
 from grpo_recipes.rewards import registry
 from grpo_recipes.rewards.registry import CompiledReward, RewardSpec
 from grpo_recipes.state import checkpoint, tracking
-from grpo_recipes.state.checkpoint import (
-    SENTINEL,
-    CheckpointCallback,
-    latest_complete,
-    mark_complete,
-    rotate,
-    verify,
-)
+from grpo_recipes.state.checkpoint import SENTINEL, CheckpointCallback, latest_complete, mark_complete, rotate, verify
 from grpo_recipes.state.signals import SignalStop
 from grpo_recipes.state.tracking import prune_metrics
 

@@ -6,12 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from grpo_recipes.config.schema import RecipeArguments
-from grpo_recipes.tasks.data import (
-    check_data_args,
-    load_splits,
-    question_key,
-    split_rows,
-)
+from grpo_recipes.tasks.data import check_data_args, load_splits, question_key, split_rows
 
 
 def args(**kw):

@@ -8,17 +8,17 @@ import torch
 
 from grpo_recipes.config.checks import reward_setting_problems
 from grpo_recipes.config.schema import RecipeArguments
-from grpo_recipes.grpo.diagnostics import (
+from grpo_recipes.grpo.features.diagnostics import (
     DiagnosticsSpec,
     advantage_stats,
     batch_diagnostics,
     group_pass_at,
     none_rates,
-    pass_at_k,
     pearson,
     solve_buckets,
     zero_tolerance,
 )
+from grpo_recipes.grpo.groups import pass_at_k
 
 NAN = float("nan")
 

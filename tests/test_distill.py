@@ -17,12 +17,7 @@ from helpers import REPO, tiny_run_args
 
 from grpo_recipes.config.schema import DistillTracesConfig
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.evaluation.heldout import (
-    EvalSettings,
-    HeldOutEvalCallback,
-    reward_roles,
-    score,
-)
+from grpo_recipes.evaluation.heldout import EvalSettings, HeldOutEvalCallback, reward_roles, score
 from grpo_recipes.run.runner import main, prepare
 from grpo_recipes.stages import distill
 from grpo_recipes.state import budget

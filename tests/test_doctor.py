@@ -19,7 +19,7 @@ from helpers import REPO
 from transformers import LlamaConfig
 
 from grpo_recipes import cli
-from grpo_recipes.cli import doctor_checks as doctor
+from grpo_recipes.cli import doctor
 from grpo_recipes.config.parsing import parse_recipe_args
 from grpo_recipes.sandbox import Isolation
 from grpo_recipes.state.models import DEFAULT_MODEL

@@ -13,13 +13,8 @@ import pytest
 import torch
 from helpers import REPO, tiny_run_args
 
-from grpo_recipes.evaluation.heldout import (
-    EvalSettings,
-    generation_config,
-    prompt_token_ids,
-)
-from grpo_recipes.grpo.features.prefill import PromptPrefill
-from grpo_recipes.grpo.prefill import common_prefix, distinct, prefill
+from grpo_recipes.evaluation.heldout import EvalSettings, generation_config, prompt_token_ids
+from grpo_recipes.grpo.features.prefill import PromptPrefill, common_prefix, distinct, prefill
 
 
 def _plain(model, rows, config):

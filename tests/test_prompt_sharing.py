@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from grpo_recipes.grpo.prompt_sharing import PromptSharing, blockers
+from grpo_recipes.grpo.features.sharing import PromptSharing, blockers
 
 PAD = 0
 

@@ -9,11 +9,7 @@ import pytest
 from helpers import REPO
 
 from grpo_recipes.rewards import registry
-from grpo_recipes.rewards.registry import (
-    CompiledReward,
-    RewardContractError,
-    RewardSpec,
-)
+from grpo_recipes.rewards.registry import CompiledReward, RewardContractError, RewardSpec
 
 
 def write_reward(folder, name, body):

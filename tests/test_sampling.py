@@ -1,4 +1,4 @@
-"""Dynamic sampling and the curriculum (grpo_recipes/grpo/sampling.py): a batch whose groups scored alike is refilled with
+"""Dynamic sampling and the curriculum (grpo_recipes/grpo/features/sampling.py): a batch whose groups scored alike is refilled with
 groups of new prompts, the refill stops at its bound and says so, two processes train on consistent batches, a
 resumed run draws the prompts a straight run draws, and the curriculum shelves what the run always or never solves."""
 
@@ -14,14 +14,8 @@ import pandas as pd
 import torch
 from helpers import REPO, tiny_run_args
 
-from grpo_recipes.grpo import sampling
-from grpo_recipes.grpo.sampling import (
-    PassRates,
-    PromptPool,
-    Refill,
-    merge,
-    merge_gathered,
-)
+from grpo_recipes.grpo.features import sampling
+from grpo_recipes.grpo.features.sampling import PassRates, PromptPool, Refill, merge, merge_gathered
 
 REWARDS = {
     # answer a multiple of 3: completions scored by their length (they differ); any other: 0 (the group is equal)
@@ -130,7 +124,7 @@ def test_settings_that_cannot_work_are_named_with_their_fix():
                              curriculum_high=0.5, curriculum_recheck=2.0, dynamic_sampling_signal="accuracy")
     args = SimpleNamespace(scale_rewards="batch", multi_objective_aggregation="sum_then_normalize",
                            per_device_train_batch_size=3, steps_per_generation=1, num_generations=2)
-    problems = sampling.problems(recipe, args)
+    problems = sampling.Sampling.problems(recipe, args)
     assert problems[0] == "dynamic_sampling_signal: 'accuracy'; one of correctness, reward"
     assert problems[1].startswith("dynamic_sampling_max_rounds: 0; at least 1")
     assert problems[2].startswith("curriculum_low, curriculum_high: 0.5, 0.5")

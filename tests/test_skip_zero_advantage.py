@@ -11,8 +11,8 @@ import torch
 from helpers import REPO, tiny_run_args
 from safetensors.torch import load_file
 
-from grpo_recipes.grpo.diagnostics import equal_reward_groups
 from grpo_recipes.grpo.features.skip import skip_blockers
+from grpo_recipes.grpo.groups import equal_reward_groups
 
 
 def _run(model_dir, run_env, name: str, *extra: str) -> tuple[dict, list[dict]]:

@@ -1,4 +1,5 @@
-from grpo_recipes.grpo.alerts import AlertConfig, ToolResultIgnored, ToolsAbandoned
+from grpo_recipes.grpo.alerts import AlertConfig
+from grpo_recipes.grpo.features.tools import ToolResultIgnored, ToolsAbandoned
 
 
 def feed(det, series, key="tools/call_rate", extra=None):

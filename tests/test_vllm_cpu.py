@@ -48,11 +48,7 @@ from trl.trainer import grpo_trainer as trl_grpo_trainer
 
 from grpo_recipes.errors import WeightSyncError
 from grpo_recipes.state import checkpoint
-from grpo_recipes.vllm.cpu_sync import (
-    CPUVLLMGeneration,
-    cpu_weight_sync,
-    generation_class,
-)
+from grpo_recipes.vllm.cpu_sync import CPUVLLMGeneration, cpu_weight_sync, generation_class
 from grpo_recipes.vllm.cpu_worker import CPUSyncWorkerExtension, repack_tied_lm_head
 from grpo_recipes.vllm.support import WORKER_EXTENSION_ARGS, vllm_install_problems
 

@@ -19,13 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .. import bundled
 from ..errors import ConfigError, ModelNotFound
-from ..evaluation.heldout import (
-    EvalSettings,
-    eos_token_ids,
-    evaluate,
-    reward_roles,
-    summarise,
-)
+from ..evaluation.heldout import EvalSettings, eos_token_ids, evaluate, reward_roles, summarise
 from ..run.runner import prepare
 from ..stages.grpo import tool_kwargs
 from ..state.models import resolve_model

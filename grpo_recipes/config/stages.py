@@ -19,12 +19,7 @@ from trl import GRPOConfig
 
 from ..rewards.registry import choice_hint
 from ..state.checkpoint import stage_dir
-from .schema import (
-    DISTILL_MODES,
-    DistillLogitsConfig,
-    DistillTracesConfig,
-    SFTStageConfig,
-)
+from .schema import DISTILL_MODES, DistillLogitsConfig, DistillTracesConfig, SFTStageConfig
 
 CONFIGS: dict[str, type] = {"sft": SFTStageConfig, "distill": DistillTracesConfig, "grpo": GRPOConfig}
 # A distill stage's config is its mode's: TRL's SFTConfig for traces, DistillationConfig for logits.

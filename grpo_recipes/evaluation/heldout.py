@@ -24,8 +24,8 @@ from transformers import GenerationConfig, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models import unwrap_model_for_generation
 
-from ..grpo.diagnostics import correctness_index, pass_at_k
-from ..grpo.prefill import prefill
+from ..grpo.features.prefill import prefill
+from ..grpo.groups import correctness_index, pass_at_k
 from ..tools.episodes import read_episode, transcript
 from ..trl_internals import summon_full_params
 from .rollout import rollout

@@ -54,7 +54,7 @@ from ..evaluation.heldout import (
     scored_records,
     summarise,
 )
-from ..grpo.alerts import AlertCallback, AlertConfig, distill_detectors
+from ..grpo.alerts import MISSING, AlertCallback, AlertConfig, Detector, _value
 from ..rewards import registry
 from ..state import budget, models
 from ..state.budget import StepClock
@@ -599,7 +599,7 @@ class TracesStage(DistillStage, SFTStage):
                                    "completion": [{"role": "assistant", "content": t["completion"]}]} for t in traces])
 
     def callbacks(self, trainer, run) -> list:
-        alerts = [AlertCallback(distill_detectors(AlertConfig.from_recipe(run.recipe)))] if run.recipe.alerts else []
+        alerts = [AlertCallback([TeacherAcceptance(AlertConfig.from_recipe(run.recipe))])] if run.recipe.alerts else []
         return super().callbacks(trainer, run) + alerts
 
 
@@ -734,3 +734,22 @@ class DistillCallback(StepClock):
 
 def _brief(evaluation: dict | None) -> dict | None:
     return None if evaluation is None else {k: evaluation[k] for k in ("step", "pass_at_1", "format_rate", "rows")}
+
+
+class TeacherAcceptance(Detector):
+    name, title = "teacher_acceptance", "The teacher fails its own verifier"
+    advice = "Few verified traces, from the prompts the teacher already solves: a stronger teacher, more " \
+             "teacher_samples, a longer teacher_max_new_tokens (samples cut short fail), a prompt the teacher was " \
+             "trained with, or mode: logits."
+
+    def __init__(self, cfg, patience=1):  # logged once, when the stage's traces are all sampled
+        super().__init__(cfg, patience)
+
+    def observe(self, metrics):
+        rate = _value(metrics, "distill/acceptance_rate")
+        if rate is None:
+            return MISSING
+        if rate < self.cfg.teacher_acceptance:
+            return f"the verifier kept {rate:.0%} of the teacher's samples (alert below " \
+                   f"{self.cfg.teacher_acceptance:.0%})"
+        return None

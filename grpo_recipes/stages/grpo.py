@@ -6,14 +6,7 @@ from __future__ import annotations
 
 from trl import get_peft_config
 
-from ..grpo.alerts import (
-    AlertCallback,
-    AlertConfig,
-    default_detectors,
-    sampling_detectors,
-    tool_detectors,
-)
-from ..grpo.diagnostics import correctness_index
+from ..grpo.alerts import AlertCallback, AlertConfig, default_detectors
 from ..grpo.features.demonstrations import Demonstrations
 from ..grpo.features.diagnostics import Diagnostics
 from ..grpo.features.prefill import PromptPrefill
@@ -21,6 +14,7 @@ from ..grpo.features.sampling import Sampling
 from ..grpo.features.sharing import PromptSharingFeature
 from ..grpo.features.skip import SkipZeroAdvantage
 from ..grpo.features.tools import ToolCalls
+from ..grpo.groups import correctness_index
 from ..grpo.trainer import RecipeTrainer
 from ..tools import registry as tools
 from .base import Stage, tool_tokenizer
@@ -76,8 +70,7 @@ class GRPOStage(Stage):
         correctness = names[correctness_index(names, recipe.correctness_reward)]
         cfg = AlertConfig.from_recipe(recipe)
         detectors = default_detectors(cfg, names, correctness, recipe.format_reward)
-        detectors += tool_detectors(cfg) if recipe.uses_tools else []
-        detectors += sampling_detectors(cfg) if recipe.dynamic_sampling else []
+        detectors += [d for f in FEATURES for d in f.detectors(recipe, cfg)]
         return [AlertCallback(detectors)]
 
 

@@ -1,7 +1,7 @@
 """TrainerFeature: one feature of RecipeTrainer (diagnostics, skip, prompt sharing, demonstrations, tools, sampling).
 
 A feature is declared once, in its own module: which config fields turn it on (`from_recipe`), its start-up checks
-(`problems`, `data_problems`) and its trainer code (the hooks). RecipeTrainer calls each hook of every feature in
+(`problems`, `data_problems`), its trainer code (the hooks) and the alerts that watch its metrics (`detectors`). RecipeTrainer calls each hook of every feature in
 grpo_stage.FEATURES' order; every default leaves the batch, the loss and TRL's behaviour as they are. A hook gets the
 trainer (trl_internals.HookedGRPOTrainer's public helpers, RecipeTrainer's glue: `captured_rewards`,
 `batch_inputs`, `trl_loss`) as its first argument.
@@ -31,6 +31,11 @@ class TrainerFeature:
     @classmethod
     def data_problems(cls, recipe, training, train) -> list[str]:
         """Its start-up problems that only the loaded training rows show (GRPOStage.data_problems)."""
+        return []
+
+    @classmethod
+    def detectors(cls, recipe, cfg) -> list:
+        """The alerts.Detector instances that watch the metrics it logs, for this recipe (GRPOStage.callbacks)."""
         return []
 
     # -- on the trainer

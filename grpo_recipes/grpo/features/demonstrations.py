@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ...config.checks import demonstration_column
-from ..diagnostics import correctness_index
+from ..groups import correctness_index
 from .base import TrainerFeature
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from ..diagnostics import equal_reward_groups
+from ..groups import equal_reward_groups
 from .base import TrainerFeature
 
 logger = logging.getLogger("grpo_recipes")
