@@ -3,6 +3,7 @@ shrink a recipe to seconds, and a run's Trackio metrics."""
 
 from __future__ import annotations
 
+import json
 import socket
 import sqlite3
 from pathlib import Path
@@ -55,3 +56,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def fake_checkpoint(out: Path, step: int, complete: bool = True) -> Path:
+    """A checkpoint folder with the files the Trainer writes (contents are irrelevant to the marker)."""
+    path = out / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (path / "model.safetensors").write_bytes(b"w" * 1000)
+    (path / "optimizer.pt").write_bytes(b"o" * 2000)
+    if complete:
+        from grpo_recipes.state.checkpoint import mark_complete
+
+        mark_complete(path, step)
+    return path

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import fake_checkpoint
 
 from grpo_recipes.config import checks
 from grpo_recipes.errors import RewardFailureRateExceeded
@@ -21,19 +22,6 @@ from grpo_recipes.state import checkpoint, tracking
 from grpo_recipes.state.checkpoint import SENTINEL, CheckpointCallback, latest_complete, mark_complete, rotate, verify
 from grpo_recipes.state.signals import SignalStop
 from grpo_recipes.state.tracking import prune_metrics
-
-
-def fake_checkpoint(out: Path, step: int, complete: bool = True) -> Path:
-    """A checkpoint folder with the files the Trainer writes (contents are irrelevant to the marker)."""
-    path = out / f"checkpoint-{step}"
-    path.mkdir(parents=True)
-    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    (path / "model.safetensors").write_bytes(b"w" * 1000)
-    (path / "optimizer.pt").write_bytes(b"o" * 2000)
-    if complete:
-        mark_complete(path, step)
-    return path
-
 
 # ------------------------------------------------------------------------------------------------ markers
 

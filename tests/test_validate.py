@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, tiny_run_args
+from helpers import REPO, fake_checkpoint, tiny_run_args
 
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.run import runner
@@ -53,8 +53,6 @@ def _yaml(tmp, text):
 
 
 def _with_checkpoint(tmp, complete=True):
-    from test_checkpoint import fake_checkpoint
-
     return fake_checkpoint(tmp / "out", 2, complete=complete)
 
 
