@@ -1,5 +1,6 @@
-"""Where the files shipped with grpo-recipes are: the rewards, tools and tasks, the recipes with their configs and
-data, and the Accelerate configs.
+"""Where the files shipped with grpo-recipes are (the rewards, tools and tasks, the recipes with their configs and
+data, the Accelerate configs), and how a drop-in folder is searched and loaded (`search_dirs`, `load_files`: rewards,
+tools and tasks alike).
 
 In a checkout (and an editable install) they are the repository's rewards/, tools/, tasks/, recipes/ and
 accelerate_configs/ folders. A wheel carries copies inside the package, grpo_recipes/bundled_* (setup.py), because the
@@ -8,6 +9,10 @@ repository is not there after `pip install grpo-recipes`. A leaf: it imports not
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -72,3 +77,40 @@ def recipe_names() -> list[str]:
     for recipes/train.py) are not recipes of their own and are left out."""
     names = (p.name.removesuffix("_cpu.yaml") for p in (recipes_dir() / "configs").glob("*_cpu.yaml"))
     return sorted(n for n in names if not n.startswith(("sft_", "distill_")))
+
+
+# ------------------------------------------------------------------------------------------------ drop-in folders
+
+
+def search_dirs(extra: Iterable[str | os.PathLike], env_var: str, local: str, shipped: Path) -> list[Path]:
+    """Folders of drop-in files, in search order: `extra`, those in $`env_var` (os.pathsep-separated), ./`local`
+    where the process runs, then `shipped`. Only existing folders, each once."""
+    env = [p for p in os.environ.get(env_var, "").split(os.pathsep) if p]
+    candidates = [*extra, *env, Path.cwd() / local, shipped]
+    seen, out = set(), []
+    for c in candidates:
+        path = Path(c).expanduser().resolve()
+        if path.is_dir() and path not in seen:
+            seen.add(path)
+            out.append(path)
+    return out
+
+
+def load_files(dirs: Iterable[Path], module_prefix: str, kind: str) -> None:
+    """Import every `*.py` file of `dirs` (not `_*.py`) by path, once, as a private module under `module_prefix`:
+    the files register themselves through their decorators. `kind` names them in errors ("reward file ...")."""
+    for folder in dirs:
+        for file in sorted(folder.glob("*.py")):
+            if file.name.startswith("_"):
+                continue
+            module_name = f"{module_prefix}.{abs(hash(str(file))):x}_{file.stem}"
+            if module_name in sys.modules:
+                continue
+            spec = importlib.util.spec_from_file_location(module_name, file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[module_name]
+                raise ImportError(f"{kind} file {file} failed to import: {type(exc).__name__}: {exc}") from exc

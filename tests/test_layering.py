@@ -27,7 +27,8 @@ LAYERS = [
     ("drop-in kinds", ["grpo_recipes.rewards", "grpo_recipes.rewards.*", "grpo_recipes.tasks", "grpo_recipes.tasks.*",
                        "grpo_recipes.tools", "grpo_recipes.tools.*"]),
     ("run state", ["grpo_recipes.state", "grpo_recipes.state.*"]),
-    ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.trl_internals",
+    ("leaves", ["grpo_recipes", "grpo_recipes.errors", "grpo_recipes.bundled", "grpo_recipes.values",
+                "grpo_recipes.trl_internals",
                 "grpo_recipes.vllm", "grpo_recipes.vllm.*", "grpo_recipes.sandbox", "grpo_recipes.sandbox.*"]),
 ]
 
@@ -52,7 +53,7 @@ DYNAMIC_IMPORTS = {
 LAUNCHER_STAYS_LIGHT = ["torch", "transformers", "trl", "datasets", "reasoning_gym", "trackio", "vllm"]
 
 # What a reward file may import from grpo_recipes: the face (for @reward) and what reads an answer or runs a program.
-REWARD_IMPORTS = ["grpo_recipes.rewards", "grpo_recipes.errors", "grpo_recipes.rewards.answers",
+REWARD_IMPORTS = ["grpo_recipes.rewards", "grpo_recipes.errors", "grpo_recipes.values", "grpo_recipes.rewards.answers",
                   "grpo_recipes.rewards.arithmetic", "grpo_recipes.tools.episodes", "grpo_recipes.sandbox",
                   "grpo_recipes.sandbox.*", "grpo_recipes.tasks.code_rows", "grpo_recipes.tasks.json_rows",
                   "grpo_recipes.tasks.humaneval"]

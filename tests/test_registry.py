@@ -10,6 +10,7 @@ from helpers import REPO
 
 from grpo_recipes.rewards import registry
 from grpo_recipes.rewards.registry import CompiledReward, RewardContractError, RewardSpec
+from grpo_recipes.values import Range
 
 
 def write_reward(folder, name, body):
@@ -274,7 +275,7 @@ def test_an_annotation_the_registry_cannot_check_is_refused_at_registration():
 
     with pytest.raises(TypeError, match="annotation of parameter 'x' .* cannot be resolved"):
         registry._describe(unresolved, "bad", "here")
-    def bounded_text(completions, *, x: Annotated[str, registry.Range(gt=0)] = "a"):
+    def bounded_text(completions, *, x: Annotated[str, Range(gt=0)] = "a"):
         return [0.0]
 
     with pytest.raises(TypeError, match="parameter 'x' is annotated ~T, which the registry cannot check"):

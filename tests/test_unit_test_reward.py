@@ -7,6 +7,7 @@ import pytest
 from grpo_recipes import sandbox
 from grpo_recipes.rewards import registry
 from grpo_recipes.rewards.registry import CompiledReward, RewardSpec
+from grpo_recipes.values import value_problem
 
 known = registry.available()
 # a generous per-job budget: on a loaded machine a right answer must never score less for want of time
@@ -119,7 +120,8 @@ def test_tests_the_host_cannot_judge_are_refused_by_default():
     assert metrics["refused"] == pytest.approx(1 / 4) and metrics["judged_in_sandbox"] == 0.0
     assert unit_tests_binary([RIGHT], [TESTS + [whole]], Metrics()) == [0.0]
     assert unit_tests([RIGHT], [[whole]], metrics) == [0.0] and metrics["refused"] == 1.0
-    assert "refuse" in registry.param_problem(known["unit_tests"], "sandbox_mode_tests", "forge")
+    hint = known["unit_tests"].param_types["sandbox_mode_tests"]
+    assert "refuse" in value_problem("forge", hint)
 
 
 def test_a_rigged_answer_scores_nothing():

@@ -25,11 +25,11 @@ from typing import Any
 import torch
 
 from ..rewards import registry
-from ..rewards.registry import choice_hint
 from ..state import checkpoint, tracking
 from ..tasks.data import check_data_args
 from ..tools import registry as tools
 from ..tools.templates import TOOL_TEMPLATE_CHOICES
+from ..values import choice_hint
 from ..vllm import support as vllm_support
 from .schema import SFT_FORMATS
 

@@ -18,7 +18,6 @@ are the user's own, relative to where they stand.
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import os
 import sys
@@ -33,9 +32,9 @@ from trl import ModelConfig, TrlParser
 
 from ..errors import ConfigError
 from ..tasks import registry as task
+from ..values import choice_hint, did_you_mean
 from . import checks
 from .batching import batch_problems, num_processes
-from .checks import choice_hint
 from .files import read_yaml, resolve_paths, split_config_arg
 from .schema import RecipeArguments
 from .stages import final_config
@@ -106,8 +105,8 @@ def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None
 
 
 def unknown_key_message(key: str, known: set[str], where: str) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-    hint = f"did you mean `{close[0]}`?" if close else "see `--help` for the accepted fields"
+    close = did_you_mean(key, known)
+    hint = f"did you mean `{close}`?" if close else "see `--help` for the accepted fields"
     return f"{key}: unknown field in the {where}; {hint}"
 
 

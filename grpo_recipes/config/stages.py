@@ -9,7 +9,6 @@ output_dir, an earlier one into output_dir/stages/<n>-<name> (state/checkpoint.p
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
@@ -17,8 +16,8 @@ from typing import Any
 from transformers import TrainingArguments
 from trl import GRPOConfig
 
-from ..rewards.registry import choice_hint
 from ..state.checkpoint import stage_dir
+from ..values import choice_hint, did_you_mean
 from .schema import DISTILL_MODES, DistillLogitsConfig, DistillTracesConfig, SFTStageConfig
 
 CONFIGS: dict[str, type] = {"sft": SFTStageConfig, "distill": DistillTracesConfig, "grpo": GRPOConfig}
@@ -156,8 +155,8 @@ def plan_stages(recipe, training) -> tuple[list[StagePlan], list[str]]:
         unknown = [k for k in settings if k not in known]
         kind = f"{name} stage (mode {settings.get('mode', 'traces')})" if name == "distill" else f"{name} stage"
         for k in unknown:
-            close = difflib.get_close_matches(k, known, n=1, cutoff=0.75)
-            hint = f"did you mean `{close[0]}`?" if close else f"not a field of {cls.__name__}"
+            close = did_you_mean(k, known)
+            hint = f"did you mean `{close}`?" if close else f"not a field of {cls.__name__}"
             problems.append(f"stages[{i}].{k}: unknown setting of the {kind}; {hint}")
         if unknown:
             continue

@@ -2,6 +2,7 @@
 reward functions: registry.py; reading answers: answers.py, arithmetic.py; the hack catalog: hacks.py;
 `grpo-recipes rewards check`: check.py."""
 
-from .registry import Range, reward
+from ..values import Range
+from .registry import reward
 
 __all__ = ["Range", "reward"]

@@ -16,29 +16,28 @@ Its signature is its contract, so nothing is declared twice:
 It returns one float or None per completion. None means "could not score" and is excluded by TRL.
 
 Reward files are loaded by path under a private module prefix, so no top-level `rewards` package is ever
-imported or installed, and a file dropped into a rewards folder is usable by name with no other edit. The folder
-search and the loader (`search_dirs`, `load_files`) know nothing of rewards, so other drop-in kinds can share them.
+imported or installed, and a file dropped into a rewards folder is usable by name with no other edit (the folder
+search and the loader are bundled.py's, shared by every drop-in kind; a setting's annotation is checked with
+values.py).
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
 import inspect
 import logging
 import math
 import os
-import sys
 import types
 import typing
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Any
 
 from .. import bundled
 from ..errors import RewardContractError, RewardFailureRateExceeded
+from ..values import SUPPORTED, accepted, checkable, value_problem
 
 logger = logging.getLogger(__name__)
 
@@ -99,30 +98,6 @@ def _describe(func: Callable, name: str, source: str, role: str | None = None) -
     return RewardDef(name, func, source, tuple(columns), params, tuple(context), role, types_)
 
 
-# ------------------------------------------------------------------------------------ parameter values
-
-
-@dataclass(frozen=True)
-class Range:
-    """Bounds of a number parameter, checked at start-up: `timeout_s: Annotated[float, Range(gt=0)] = 3`."""
-
-    gt: float | None = None
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-
-    def holds(self, value: float) -> bool:
-        return ((self.gt is None or value > self.gt) and (self.ge is None or value >= self.ge)
-                and (self.lt is None or value < self.lt) and (self.le is None or value <= self.le))
-
-    def __str__(self) -> str:
-        bounds = [(">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le)]
-        return " and ".join(f"{op} {v:g}" for op, v in bounds if v is not None)
-
-
-_SUPPORTED = "bool, int, float, str, a class, Literal[...], X | None, Annotated[int or float, Range(...)]"
-
-
 def _param_type(func: Callable, name: str, source: str, param: str, annotation: Any) -> Any:
     """A parameter's annotation, resolved (reward files may use `from __future__ import annotations`) and known to
     be checkable; a TypeError at registration otherwise, so a contract is never silently unchecked."""
@@ -132,97 +107,10 @@ def _param_type(func: Callable, name: str, source: str, param: str, annotation: 
     except Exception as exc:
         raise TypeError(f"reward '{name}' ({source}): the annotation of parameter '{param}' ({annotation!r}) cannot "
                         f"be resolved: {exc}") from None
-    if not _checkable(hint):
+    if not checkable(hint):
         raise TypeError(f"reward '{name}' ({source}): parameter '{param}' is annotated {hint!r}, which the registry "
-                        f"cannot check; use one of: {_SUPPORTED}")
+                        f"cannot check; use one of: {SUPPORTED}")
     return hint
-
-
-def _checkable(hint: Any) -> bool:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin is Annotated:  # metadata other than Range (a note, say) is not a constraint
-        bounded = any(isinstance(m, Range) for m in args[1:])
-        return _checkable(args[0]) and (not bounded or args[0] in (int, float))
-    if origin in (Union, types.UnionType):
-        return all(_checkable(a) for a in args)
-    if origin is Literal:
-        return True
-    return isinstance(origin or hint, type)
-
-
-def fits(value: Any, hint: Any) -> bool:
-    """Whether a config value is one the annotation accepts."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin is Annotated:
-        ranges = [m for m in args[1:] if isinstance(m, Range)]
-        return fits(value, args[0]) and all(r.holds(value) for r in ranges)
-    if origin in (Union, types.UnionType):
-        return any(fits(value, a) for a in args)
-    if origin is Literal:
-        return any(value == a and type(value) is type(a) for a in args)
-    if hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, origin or hint)
-
-
-def accepted(hint: Any) -> str:
-    """What an annotation accepts, in words: "one of 'literal', 'expression'", "a number > 0"."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return "any value"
-    if origin is Annotated:
-        bounds = " and ".join(str(m) for m in args[1:] if isinstance(m, Range))
-        return f"{accepted(args[0])} {bounds}".strip()
-    if origin in (Union, types.UnionType):
-        return " or ".join(accepted(a) for a in args)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in args)
-    words = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-    return words.get(hint) or f"a {(origin or hint).__name__}"
-
-
-def choice_hint(value: Any, choices: Sequence[Any]) -> str:
-    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
-def _literals(hint: Any) -> list:
-    """The Literal values anywhere in an annotation, for a did-you-mean."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Literal:
-        return list(args)
-    if origin in (Annotated, Union, types.UnionType):
-        return [v for a in (args[:1] if origin is Annotated else args) for v in _literals(a)]
-    return []
-
-
-def param_problem(rdef: RewardDef, param: str, value: Any) -> str | None:
-    """Why a config value does not fit the reward's annotation of `param`, or None."""
-    hint = rdef.param_types.get(param, Any)
-    if fits(value, hint):
-        return None
-    why = f"{value!r} is not {accepted(hint)}{choice_hint(value, _literals(hint))}"
-    if isinstance(value, str) and (number := _number(value)) is not None and fits(number, hint):
-        why += "; it is text: write the number unquoted (YAML reads 1e-3 as text, 1.0e-3 as a number)"
-    return why
-
-
-def _number(text: str) -> float | int | None:
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            return None
 
 
 def reward(name: str, *, role: str | None = None) -> Callable[[Callable], Callable]:
@@ -244,47 +132,13 @@ def reward(name: str, *, role: str | None = None) -> Callable[[Callable], Callab
     return register
 
 
-def search_dirs(extra: Iterable[str | os.PathLike], env_var: str, local: str, shipped: Path) -> list[Path]:
-    """Folders of drop-in files, in search order: `extra`, those in $`env_var` (os.pathsep-separated), ./`local`
-    where the process runs, then `shipped`. Only existing folders, each once."""
-    env = [p for p in os.environ.get(env_var, "").split(os.pathsep) if p]
-    candidates = [*extra, *env, Path.cwd() / local, shipped]
-    seen, out = set(), []
-    for c in candidates:
-        path = Path(c).expanduser().resolve()
-        if path.is_dir() and path not in seen:
-            seen.add(path)
-            out.append(path)
-    return out
-
-
-def load_files(dirs: Iterable[Path], module_prefix: str, kind: str) -> None:
-    """Import every `*.py` file of `dirs` (not `_*.py`) by path, once, as a private module under `module_prefix`:
-    the files register themselves through their decorators. `kind` names them in errors ("reward file ...")."""
-    for folder in dirs:
-        for file in sorted(folder.glob("*.py")):
-            if file.name.startswith("_"):
-                continue
-            module_name = f"{module_prefix}.{abs(hash(str(file))):x}_{file.stem}"
-            if module_name in sys.modules:
-                continue
-            spec = importlib.util.spec_from_file_location(module_name, file)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module
-            try:
-                spec.loader.exec_module(module)
-            except Exception as exc:
-                del sys.modules[module_name]
-                raise ImportError(f"{kind} file {file} failed to import: {type(exc).__name__}: {exc}") from exc
-
-
 def reward_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
     """Folders searched for reward files: config-given, then $GRPO_RECIPES_REWARD_DIRS, ./rewards, the shipped ones."""
-    return search_dirs(extra, ENV_REWARD_DIRS, "rewards", bundled.rewards_dir())
+    return bundled.search_dirs(extra, ENV_REWARD_DIRS, "rewards", bundled.rewards_dir())
 
 
 def load_reward_files(dirs: Iterable[Path]) -> None:
-    load_files(dirs, _MODULE_PREFIX, "reward")
+    bundled.load_files(dirs, _MODULE_PREFIX, "reward")
 
 
 def available(extra_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, RewardDef]:
@@ -351,7 +205,7 @@ def check_specs(
             names = ", ".join(rdef.params) or "none"
             problems.append(f"{where}.params.{p}: '{rdef.name}' has no parameter '{p}'; it accepts: {names}")
         for p in [p for p in spec.params if p in rdef.params]:
-            if why := param_problem(rdef, p, spec.params[p]):
+            if why := value_problem(spec.params[p], rdef.param_types.get(p, Any)):
                 problems.append(f"{where}.params.{p}: {why}")
         if columns is not None:
             for col in rdef.columns:

@@ -25,7 +25,6 @@ A reward the task needs can sit in the same file (`@reward`), so a new task is o
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterable
 from dataclasses import MISSING, fields
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import bundled
-from ..rewards.registry import load_files, search_dirs
+from ..values import did_you_mean
 
 ENV_TASK_DIRS = "GRPO_RECIPES_TASK_DIRS"
 _MODULE_PREFIX = "grpo_recipes._loaded_tasks"
@@ -74,11 +73,11 @@ def task(name: str):
 
 def task_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
     """Folders searched for task files: config-given, then $GRPO_RECIPES_TASK_DIRS, ./tasks, the shipped ones."""
-    return search_dirs(extra, ENV_TASK_DIRS, "tasks", bundled.tasks_dir())
+    return bundled.search_dirs(extra, ENV_TASK_DIRS, "tasks", bundled.tasks_dir())
 
 
 def available(extra: Iterable[str | os.PathLike] = ()) -> dict[str, type[Task]]:
-    load_files(task_dirs(extra), _MODULE_PREFIX, "task")
+    bundled.load_files(task_dirs(extra), _MODULE_PREFIX, "task")
     return dict(sorted(_TASKS.items()))
 
 
@@ -91,8 +90,8 @@ def problems(recipe) -> list[str]:
     if not recipe.task:
         return read_problems(recipe, known)
     if recipe.task not in known:
-        close = difflib.get_close_matches(recipe.task, known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"known tasks: {', '.join(known) or 'none'}"
+        close = did_you_mean(recipe.task, known)
+        hint = f"did you mean '{close}'?" if close else f"known tasks: {', '.join(known) or 'none'}"
         return [f"task: unknown task '{recipe.task}'; {hint} (task files: {', '.join(map(str, task_dirs(recipe.task_dirs or ())))})"]
     names = {f.name for f in fields(recipe)}
     out = [f"task: {recipe.task}'s defaults set '{k}', which is not a recipe field"

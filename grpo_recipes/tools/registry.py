@@ -37,7 +37,7 @@ from typing import Any
 from transformers.utils import get_json_schema
 
 from .. import bundled
-from ..rewards.registry import accepted, choice_hint, fits, load_files, search_dirs
+from ..values import accepted, choice_hint, fits
 from .episodes import ERROR_KINDS, error_message
 from .templates import INVALID_CALL
 
@@ -274,11 +274,11 @@ def environment_tools(cls: type) -> list[str]:
 
 def tool_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
     """Folders searched for tool files: config-given, then $GRPO_RECIPES_TOOL_DIRS, ./tools, the shipped ones."""
-    return search_dirs(extra, ENV_TOOL_DIRS, "tools", bundled.tools_dir())
+    return bundled.search_dirs(extra, ENV_TOOL_DIRS, "tools", bundled.tools_dir())
 
 
 def available(extra: Iterable[str | os.PathLike] = ()) -> dict[str, ToolDef]:
-    load_files(tool_dirs(extra), _MODULE_PREFIX, "tool")
+    bundled.load_files(tool_dirs(extra), _MODULE_PREFIX, "tool")
     return registered()
 
 
