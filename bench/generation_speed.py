@@ -44,13 +44,14 @@ CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 def load(model_arg: str | None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.config.resolve import resolve
     from grpo_recipes.state.models import resolve_model
     from grpo_recipes.tasks.data import load_splits
 
     argv = ["--model_name_or_path", model_arg] if model_arg else []
-    recipe, grpo, model_args, _ = parse_recipe_args(argv, CONFIG)
-    train, _ = load_splits(recipe)
+    config = resolve(argv, CONFIG)
+    recipe, grpo, model_args = config.recipe, config.training, config.model
+    train, _ = load_splits(recipe, config.task)
     path, _ = resolve_model(model_args.model_name_or_path, recipe.model_cache_dir)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()

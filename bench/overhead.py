@@ -44,7 +44,7 @@ def trial(side: str, steps: int, model: str | None, out: Path) -> dict:
 
         from grpo_recipes.state.models import prepare_model
 
-        path = prepare_model(model_args, grpo, recipe.model_cache_dir)
+        path = prepare_model(model_args, recipe.model_cache_dir)
         trainer = GRPOTrainer(model=path, reward_funcs=funcs, args=grpo, train_dataset=train)
 
     times: list[float] = []

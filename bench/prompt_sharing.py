@@ -71,7 +71,7 @@ def main() -> None:
     argv = ["--report_to", "none", "--output_dir", tempfile.mkdtemp()]
     argv += ["--model_name_or_path", args.model] if args.model else []
     run = runner.prepare("math", argv, CONFIG)
-    path = prepare_model(run.model_args, run.training, run.recipe.model_cache_dir)
+    path = prepare_model(run.model_args, run.recipe.model_cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).train()
     add_fused_lm_head(model, outputs=("log_probs", "entropy"))

@@ -53,7 +53,7 @@ def test_the_agent_recipe_runs_alone_its_first_stage_teaches_the_call_format():
                                    "--eval_size", "2"], AGENT)
     assert [s.name for s in run.stages] == ["sft", "grpo"]
     assert run.model_args.model_name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    sft = run.stages[0].plan.training
+    sft = run.stages[0].spec.training
     assert (sft.sft_format, sft.assistant_only_loss) == ("tool_trajectory", True)
 
 

@@ -7,17 +7,15 @@ import random
 import sqlite3
 import subprocess
 import sys
-from dataclasses import fields
 from types import SimpleNamespace
 
 import pytest
 from helpers import REPO, tiny_run_args
 
-from grpo_recipes.config.schema import RecipeArguments
+from grpo_recipes.config.schema import AlertArguments, RecipeArguments
 from grpo_recipes.grpo.alerts import (
     MISSING,
     AlertCallback,
-    AlertConfig,
     ClipRatioSpike,
     EntropyBlowup,
     EntropyCollapse,
@@ -29,7 +27,7 @@ from grpo_recipes.grpo.alerts import (
     default_detectors,
 )
 
-CFG = AlertConfig()
+CFG = AlertArguments()
 
 
 def run(detector, stream):
@@ -66,12 +64,11 @@ def healthy_stream(steps=200, seed=0):
     return out
 
 
-def test_alert_config_mirrors_recipe_fields():
+def test_the_recipe_is_the_alerts_config():
+    """The thresholds are RecipeArguments' alert_* fields (AlertArguments): a detector reads them from the recipe."""
     recipe = RecipeArguments(alert_patience=2, alert_eval_drop=0.3)
-    cfg = AlertConfig.from_recipe(recipe)
-    assert cfg.patience == 2 and cfg.eval_drop == 0.3
-    for f in fields(AlertConfig):
-        assert getattr(AlertConfig(), f.name) == getattr(RecipeArguments(), f"alert_{f.name}")
+    assert isinstance(recipe, AlertArguments)
+    assert NoLearningSignal(recipe).patience == 2 and TrainUpEvalDown(recipe).cfg.alert_eval_drop == 0.3
 
 
 def test_healthy_stream_raises_nothing():
@@ -169,7 +166,7 @@ def test_clip_ratio_spike():
 
 
 def test_callback_warns_on_the_main_process_only(caplog):
-    cb = AlertCallback([NoLearningSignal(AlertConfig(patience=1))])
+    cb = AlertCallback([NoLearningSignal(AlertArguments(alert_patience=1))])
     main = SimpleNamespace(is_world_process_zero=True, global_step=3)
     other = SimpleNamespace(is_world_process_zero=False, global_step=3)
     with caplog.at_level(logging.WARNING, logger="grpo_recipes.grpo.alerts"):

@@ -98,25 +98,36 @@ def _args(tmp_path, **kw):
     return recipe, grpo
 
 
-def test_plan_resumes_from_the_latest_complete_checkpoint_and_reuses_the_run_name(tmp_path):
+def test_the_start_resumes_from_the_latest_complete_checkpoint(tmp_path):
     fake_checkpoint(tmp_path, 2)
     fake_checkpoint(tmp_path, 4)
     fake_checkpoint(tmp_path, 6, complete=False)
-    (tmp_path / checkpoint.RUN_INFO).write_text(json.dumps({"project": "p", "run_name": "first-name"}))
     recipe, grpo = _args(tmp_path, resume=True)
-    plan = checkpoint.plan_run(recipe, grpo)
-    assert plan.resume_from == tmp_path / "checkpoint-4" and plan.start_step == 4
-    assert [p.name for p, _ in plan.incomplete] == ["checkpoint-6"]
-    assert plan.replace_metrics and grpo.run_name == "first-name"
+    point = checkpoint.start_point(recipe, grpo)
+    assert point.resume_from == tmp_path / "checkpoint-4" and point.start_step == 4
+    assert [p.name for p, _ in point.incomplete] == ["checkpoint-6"]
+    assert point.replace_metrics
     assert (tmp_path / "checkpoint-6").is_dir()  # planning changes nothing on disk
 
-    recipe, grpo = _args(tmp_path, resume=True, run_name="explicit")
-    checkpoint.plan_run(recipe, grpo)
-    assert grpo.run_name == "explicit"  # an explicit --run_name wins
-
     recipe, grpo = _args(tmp_path, overwrite=True)
-    plan = checkpoint.plan_run(recipe, grpo)
-    assert plan.resume_from is None and plan.start_step == 0 and len(plan.discard) == 3
+    point = checkpoint.start_point(recipe, grpo)
+    assert point.resume_from is None and point.start_step == 0 and len(point.discard) == 3
+
+
+def test_a_resumed_run_keeps_the_run_name_it_started_under(tmp_path):
+    """Resolved once, at start-up: the derived name would change with a setting it shows (the learning rate)."""
+    from helpers import REPO
+
+    from grpo_recipes.config.resolve import resolve
+
+    math = REPO / "recipes" / "configs" / "math_cpu.yaml"
+    out = ["--output_dir", str(tmp_path)]
+    assert checkpoint.stored_run_name(tmp_path) is None
+    (tmp_path / checkpoint.RUN_INFO).write_text(json.dumps({"project": "p", "run_name": "first-name"}))
+    assert checkpoint.stored_run_name(tmp_path) == "first-name"
+    assert resolve([*out, "--resume", "--learning_rate", "2e-5"], math).training.run_name == "first-name"
+    assert resolve([*out, "--resume", "--run_name", "explicit"], math).training.run_name == "explicit"
+    assert resolve(out, math).training.run_name != "first-name"  # a fresh start names itself (output_dir checks it)
 
 
 def test_output_dir_conflicts(tmp_path):
@@ -197,11 +208,11 @@ def test_a_fresh_start_into_an_existing_trackio_run_is_refused(tmp_path, monkeyp
     db = _trackio_db(tmp_path / "p.db", _logged_run("r", 2))
     monkeypatch.setattr(tracking, "project_db", lambda project: db)
     grpo = SimpleNamespace(report_to=["trackio"], project="p", run_name="r")
-    [problem] = checks.metric_history_problems(checkpoint.RunPlan(tmp_path), grpo)
+    [problem] = checks.metric_history_problems(checkpoint.StartPoint(tmp_path), grpo)
     assert "already has a run 'r' with metrics up to step 2" in problem and "--resume" in problem
-    assert checks.metric_history_problems(checkpoint.RunPlan(tmp_path, replace_metrics=True), grpo) == []
+    assert checks.metric_history_problems(checkpoint.StartPoint(tmp_path, replace_metrics=True), grpo) == []
     grpo.run_name = "new"
-    assert checks.metric_history_problems(checkpoint.RunPlan(tmp_path), grpo) == []
+    assert checks.metric_history_problems(checkpoint.StartPoint(tmp_path), grpo) == []
 
 
 # -------------------------------------------------------------------------------------------------- signals
@@ -365,7 +376,7 @@ def test_main_reports_a_reward_failure_stop_with_exit_code_3(monkeypatch, run_en
 
     before = signal.getsignal(signal.SIGTERM)
     made = []
-    monkeypatch.setattr(runner, "build_trainer", lambda run, stage, model: made.append(Trainer(stage.plan.training))
+    monkeypatch.setattr(runner, "build_trainer", lambda run, stage, model: made.append(Trainer(stage.spec.training))
                         or made[-1])
     argv = ["--output_dir", str(run_env / "out"), "--train_size", "40", "--eval_size", "8", "--save_total_limit", "3"]
     rc = runner.main("math", REPO / "recipes/configs/math_cpu.yaml", argv)

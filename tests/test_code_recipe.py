@@ -6,13 +6,14 @@ import sys
 
 from helpers import REPO, tiny_run_args, trackio_metrics
 
-from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.tasks.data import load_splits, question_key
 
 
 def test_humaneval_is_held_out_only():
-    recipe, *_ = parse_recipe_args([], REPO / "recipes/configs/code_cpu.yaml")
-    train, held = load_splits(recipe)
+    config = resolve([], REPO / "recipes/configs/code_cpu.yaml")
+    recipe = config.recipe
+    train, held = load_splits(recipe, config.task)
     assert all(t.startswith("HumanEval/") for t in held["task_id"]) and len(held) == recipe.eval_size
     assert not {question_key(q) for q in train["question"]} & {question_key(q) for q in held["question"]}
     assert "task_id" not in train.column_names

@@ -3,16 +3,16 @@
 import pytest
 from helpers import REPO
 
-from grpo_recipes.config.parsing import device_defaults, parse_recipe_args
+from grpo_recipes.config.parsing import device_defaults
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.errors import ConfigError
-from grpo_recipes.run.runner import default_run_name
 
 DEFAULT = REPO / "recipes/configs/math_cpu.yaml"
 
 
 def test_default_config_parses_and_cli_overrides_it():
-    recipe, grpo, model, path = parse_recipe_args(["--learning_rate", "3e-6", "--rewards",
-                                                   '[{"name": "math_correctness", "weight": 2}]'], DEFAULT)
+    config = resolve(["--learning_rate", "3e-6", "--rewards", '[{"name": "math_correctness", "weight": 2}]'], DEFAULT)
+    recipe, grpo, model, path = config.recipe, config.training, config.model, config.path
     assert path == DEFAULT and grpo.learning_rate == 3e-6
     assert model.model_name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert [(s.name, s.weight) for s in recipe.reward_specs] == [("math_correctness", 2.0)]
@@ -23,7 +23,8 @@ def test_default_config_parses_and_cli_overrides_it():
 def test_explicit_config_replaces_the_default(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("output_dir: /tmp/x\nrewards: [think_format]\nenv: {GRPO_RECIPES_TEST_VAR: on-file}\n")
-    recipe, grpo, _, path = parse_recipe_args(["--config", str(cfg)], DEFAULT)
+    config = resolve(["--config", str(cfg)], DEFAULT)
+    recipe, grpo, _, path = config.recipe, config.training, config.model, config.path
     assert path == cfg and recipe.reward_specs[0].name == "think_format" and grpo.output_dir == "/tmp/x"
     import os
     assert os.environ.pop("GRPO_RECIPES_TEST_VAR") == "on-file"
@@ -33,16 +34,17 @@ def test_unknown_keys_get_did_you_mean(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("learning_rat: 1e-6\nnum_generation: 4\n")
     with pytest.raises(ConfigError) as err:
-        parse_recipe_args(["--config", str(cfg)])
+        resolve(["--config", str(cfg)])
     assert "did you mean `learning_rate`" in str(err.value) and "did you mean `num_generations`" in str(err.value)
     with pytest.raises(ConfigError, match="did you mean `max_steps`"):
-        parse_recipe_args(["--max_step", "3"], DEFAULT)
+        resolve(["--max_step", "3"], DEFAULT)
 
 
 def test_run_name_is_derived_from_the_config():
-    _, grpo, model, _ = parse_recipe_args(["--seed", "7", "--beta", "0.01"], DEFAULT)
-    name = default_run_name("math", model.model_name_or_path, grpo)
-    assert name == "math-SmolLM2-135M-Instruct-lr1e-05-eps0.2-0.28-beta0.01-seed7"
+    config = resolve(["--seed", "7", "--beta", "0.01"], DEFAULT, name="math")
+    assert config.training.run_name == "math-SmolLM2-135M-Instruct-lr1e-05-eps0.2-0.28-beta0.01-seed7"
+    assert config.training.project == "grpo-recipes-math"
+    assert resolve(["--run_name", "mine"], DEFAULT, name="math").training.run_name == "mine"
 
 
 def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
@@ -50,9 +52,11 @@ def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):
     cfg = tmp_path / "sub" / "c.yaml"
     cfg.write_text("dataset_source: file\ndataset_path: data/rows.jsonl\n")
     monkeypatch.chdir(tmp_path)
-    recipe, *_ = parse_recipe_args(["--config", str(cfg)])
+    config = resolve(["--config", str(cfg)])
+    recipe = config.recipe
     assert recipe.dataset_path == str(tmp_path / "sub" / "data" / "rows.jsonl")
-    recipe, *_ = parse_recipe_args(["--config", str(cfg), "--dataset_path", "cli.jsonl"])
+    config = resolve(["--config", str(cfg), "--dataset_path", "cli.jsonl"])
+    recipe = config.recipe
     assert recipe.dataset_path == "cli.jsonl"  # a CLI path is the user's, relative to where they stand
 
 
@@ -73,29 +77,32 @@ def test_reward_dirs_in_a_config_file_are_relative_to_the_file(tmp_path, monkeyp
     monkeypatch.chdir(elsewhere)  # not where the config is: a cwd-relative reading would find nothing
     for value in ("my_rewards", "[my_rewards]"):  # one folder, or a list of them
         cfg.write_text(f"reward_dirs: {value}\n")
-        recipe, *_ = parse_recipe_args(["--config", str(cfg)])
+        config = resolve(["--config", str(cfg)])
+        recipe = config.recipe
         assert recipe.reward_dirs == [str(folder)]
     assert "config_relative_reward" in registry.available(recipe.reward_dirs)
-    recipe, *_ = parse_recipe_args(["--config", str(cfg), "--reward_dirs", "cli_rewards"])
+    config = resolve(["--config", str(cfg), "--reward_dirs", "cli_rewards"])
+    recipe = config.recipe
     assert recipe.reward_dirs == ["cli_rewards"]  # a CLI path is the user's, relative to where they stand
 
 
 def test_config_is_named_the_same_ways_the_launcher_accepts(tmp_path):
-    from grpo_recipes.config.parsing import split_config_arg
+    from grpo_recipes.config.files import split_config_arg
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("learning_rate: 2.0e-6\n")
     for argv in (["--config", str(cfg)], [f"--config={cfg}"]):
-        recipe, grpo, _, path = parse_recipe_args([*argv, "--seed", "3"], DEFAULT)
+        config = resolve([*argv, "--seed", "3"], DEFAULT)
+        grpo, path = config.training, config.path
         assert path == cfg and grpo.learning_rate == 2e-6 and grpo.seed == 3
     assert split_config_arg(["--x", "1", f"--config={cfg}"]) == (cfg, ["--x", "1"])
     assert split_config_arg(["--x", "1"], DEFAULT) == (DEFAULT, ["--x", "1"])
     with pytest.raises(ConfigError, match="--config: given 2 times"):
-        parse_recipe_args(["--config", str(cfg), f"--config={cfg}"])
+        resolve(["--config", str(cfg), f"--config={cfg}"])
     with pytest.raises(ConfigError, match="--config: missing the path"):
-        parse_recipe_args(["--config"])
+        resolve(["--config"])
     with pytest.raises(ConfigError, match="--config: no such file"):
-        parse_recipe_args(["--config", str(tmp_path / "missing.yaml")])
+        resolve(["--config", str(tmp_path / "missing.yaml")])
 
 
 def test_several_processes_without_cuda_train_as_cpu_ranks(monkeypatch):
@@ -109,3 +116,40 @@ def test_several_processes_without_cuda_train_as_cpu_ranks(monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.is_bf16_supported", lambda: True)
     assert device_defaults() == {"bf16": True}
+
+
+def _snapshot(config) -> list:
+    from dataclasses import asdict
+
+    return [asdict(config.recipe), config.training.to_dict(), asdict(config.model),
+            [(s.name, s.index, s.last, s.training.to_dict()) for s in config.stages]]
+
+
+def test_the_resolved_config_is_what_the_run_trains_with(run_env):
+    """Resolved once: checking the config, planning the start, loading the data, compiling the rewards and building
+    the stages rewrite none of it (the task's defaults, the format reward, the reward weights, the run's name and the
+    earlier stages' configs are all decided by resolve)."""
+    from grpo_recipes.run import runner
+
+    argv = ["--output_dir", str(run_env / "out"), "--train_size", "40", "--eval_size", "8"]
+    fresh = resolve(argv, DEFAULT, name="math")
+    run = runner.prepare("math", argv, DEFAULT)
+    assert _snapshot(run.config) == _snapshot(fresh)
+    assert run.recipe.format_reward == "boxed_format" and "format_reward" not in fresh.explicit  # the role's reward
+    assert run.training.reward_weights == [s.weight for s in run.recipe.reward_specs]
+    assert [s.spec.training.run_name for s in run.stages] == [run.training.run_name] * 2  # one Trackio run
+    assert run.training.model_init_kwargs == {"dtype": "float32"}  # ModelConfig's, for every stage
+    assert run.stages[0].spec.training.model_init_kwargs == {"dtype": "float32"}
+
+
+def test_the_task_fills_what_the_config_leaves_unset(tmp_path):
+    """Precedence: the command line, the file, the task's defaults, the fields' own."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("task: arithmetic\neval_size: 7\n")
+    config = resolve(["--config", str(cfg), "--train_size", "9"])
+    assert config.name == "arithmetic" and config.task is not None
+    assert (config.recipe.eval_size, config.recipe.train_size) == (7, 9)  # the file's, the flag's
+    assert [s.name for s in config.recipe.reward_specs] == ["math_correctness", "boxed_format"]  # the task's
+    assert config.recipe.correctness_reward == "math_correctness"
+    config = resolve(["--config", str(cfg), "--rewards", '["boxed_format"]'])
+    assert config.recipe.correctness_reward is None  # the task's roles name its rewards, which the flag replaced

@@ -21,7 +21,7 @@ def questions(ds):
 
 def test_reasoning_gym_splits_are_disjoint_and_chat_formatted():
     a = args(prompt_template="{question} Answer in \\boxed{{}}.", system_prompt="Be brief.")
-    train, held = load_splits(a)
+    train, held = load_splits(a, None)
     assert len(held) == 30 and 0 < len(train) <= 200
     assert not questions(train) & questions(held)
     row = train[0]
@@ -34,7 +34,7 @@ def test_empty_system_prompt_replaces_the_templates_default_and_none_keeps_it(sm
     """SmolLM2's chat template inserts its own 16-token system message when the prompt has none; "" must send an
     empty one instead (the math default's shorter prompt), and null must leave the template's default in place."""
     tok = AutoTokenizer.from_pretrained(smollm_tokenizer_dir)
-    empty, default = (load_splits(args(system_prompt=s))[0][0]["prompt"] for s in ("", None))
+    empty, default = (load_splits(args(system_prompt=s), None)[0][0]["prompt"] for s in ("", None))
     assert empty[0] == {"role": "system", "content": ""} and default[0]["role"] == "user"
     text = {k: tok.apply_chat_template(p, tokenize=False) for k, p in (("empty", empty), ("default", default))}
     assert "named SmolLM" in text["default"] and "named SmolLM" not in text["empty"]
@@ -42,9 +42,9 @@ def test_empty_system_prompt_replaces_the_templates_default_and_none_keeps_it(sm
 
 
 def test_split_is_deterministic_per_seed():
-    a, b = load_splits(args()), load_splits(args())
+    a, b = load_splits(args(), None), load_splits(args(), None)
     assert a[1]["question"] == b[1]["question"]
-    c = load_splits(args(split_seed=1))
+    c = load_splits(args(split_seed=1), None)
     assert c[1]["question"] != a[1]["question"]
 
 
@@ -71,7 +71,7 @@ def test_file_source_keeps_columns_and_extracts_answers(tmp_path):
     a = args(dataset_source="file", dataset_path=str(path), question_field="problem", answer_field="solution",
              answer_regex=r"#### (.*)$", eval_size=5, train_size=100)
     assert check_data_args(a) == []
-    train, held = load_splits(a)
+    train, held = load_splits(a, None)
     assert len(held) == 5 and len(train) == 35
     row = held[0]
     assert row["answer"] == str(2 * int(row["question"].split()[2].split("+")[0]))
@@ -91,13 +91,13 @@ def test_missing_question_column_names_the_field(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"q": "x", "answer": "1"}) + "\n")
     with pytest.raises(KeyError, match="question_field"):
-        load_splits(args(dataset_source="file", dataset_path=str(path)))
+        load_splits(args(dataset_source="file", dataset_path=str(path)), None)
 
 
 def test_few_shot_examples_become_earlier_turns_and_must_not_be_held_out():
     shots = [{"question": "Calculate 2 + 5.", "completion": "2 + 5 = 7. \\boxed{7}"}]
     a = args(prompt_template="{question} Box it.", system_prompt="Be brief.", few_shot=json.dumps(shots))
-    train, held = load_splits(a)
+    train, held = load_splits(a, None)
     for prompt, question in ((train[0]["prompt"], train[0]["question"]), (held[0]["prompt"], held[0]["question"])):
         assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
         assert prompt[1]["content"] == "Calculate 2 + 5. Box it." and prompt[2]["content"] == shots[0]["completion"]
@@ -105,6 +105,6 @@ def test_few_shot_examples_become_earlier_turns_and_must_not_be_held_out():
     # An example whose question is held out would be scored with its answer in the prompt: refused, by name.
     leaked = [{"question": held[0]["question"], "completion": "x"}]
     with pytest.raises(ValueError, match=r"few_shot: the example question\(s\) .* are held-out questions"):
-        load_splits(args(few_shot=leaked))
+        load_splits(args(few_shot=leaked), None)
     with pytest.raises(ValueError, match=r"few_shot\[0\]: expected a mapping with string `question` and `completion`"):
         args(few_shot=[{"question": "q"}])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.rewards import hacks, registry
 from grpo_recipes.tasks.data import load_splits
 
@@ -22,8 +22,9 @@ CONFIG = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "math_
 
 @pytest.fixture(scope="module")
 def setup():
-    recipe, *_ = parse_recipe_args(["--config", str(CONFIG)])
-    train, held_out = load_splits(recipe)
+    config = resolve(["--config", str(CONFIG)])
+    recipe = config.recipe
+    train, held_out = load_splits(recipe, config.task)
     correctness = recipe.correctness_reward or recipe.reward_specs[0].metric_name
     spec = next(s for s in recipe.reward_specs if s.metric_name == correctness)
     funcs, _ = registry.compile_rewards([spec], registry.available())
@@ -33,7 +34,8 @@ def setup():
 @pytest.fixture(scope="module")
 def recipe_rewards(setup):
     """(spec, compiled reward) for every reward the recipe trains on."""
-    recipe, *_ = parse_recipe_args(["--config", str(CONFIG)])
+    config = resolve(["--config", str(CONFIG)])
+    recipe = config.recipe
     funcs, _ = registry.compile_rewards(recipe.reward_specs, registry.available())
     return list(zip(recipe.reward_specs, funcs))
 

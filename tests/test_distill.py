@@ -131,11 +131,10 @@ def test_the_cpu_configs_say_to_train_their_teacher_first(config, run_env, monke
 @pytest.mark.parametrize("config,mode", [("distill_math_cpu.yaml", "DistillTracesConfig"),
                                          ("distill_math_logits_cpu.yaml", "DistillLogitsConfig")])
 def test_the_cpu_configs_plan_a_distill_stage_then_grpo_without_recomputation(config, mode):
-    from grpo_recipes.config import stages
-    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.config.resolve import resolve
 
-    recipe, training, _, _ = parse_recipe_args(["--config", str(CONFIGS / config)])
-    plans, problems = stages.plan_stages(recipe, training)
+    resolved = resolve(["--config", str(CONFIGS / config)])
+    plans, problems = resolved.stages, list(resolved.problems)
     assert problems == []
     assert [type(p.training).__name__ for p in plans] == [mode, "GRPOConfig"]
     # TRL's trainers default to activation checkpointing; the flat `false` reaches the distill stage (135M on CPU:
@@ -144,13 +143,11 @@ def test_the_cpu_configs_plan_a_distill_stage_then_grpo_without_recomputation(co
 
 
 def test_the_gpu_config_plans_a_traces_stage_then_grpo():
-    from grpo_recipes.config import stages
-    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.config.resolve import resolve
 
     # bf16 and vLLM colocate need CUDA: the parse on this CPU turns them off; the stages are what is checked here.
-    recipe, training, _, _ = parse_recipe_args(["--bf16", "false", "--use_vllm", "false"],
-                                               REPO / "recipes" / "configs" / "distill_gsm8k_gpu.yaml")
-    plans, problems = stages.plan_stages(recipe, training)
+    config = resolve(["--bf16", "false", "--use_vllm", "false"], REPO / "recipes" / "configs" / "distill_gsm8k_gpu.yaml")
+    plans, problems = config.stages, list(config.problems)
     assert problems == []
     assert [type(p.training).__name__ for p in plans] == ["DistillTracesConfig", "GRPOConfig"]
     assert plans[0].training.teacher == "Qwen/Qwen2.5-7B-Instruct" and plans[0].training.use_vllm
@@ -195,7 +192,7 @@ def test_a_killed_stage_resumes_without_sampling_a_prompt_twice_or_losing_a_trac
         stage = run.stages[0]
         stage.start(run)
         stage.sample(run)
-        return Path(stage.plan.training.output_dir)
+        return Path(stage.spec.training.output_dir)
 
     straight = sampled_stage(run_env / "straight")
     straight_traces, straight_prompts = _jsonl(straight / distill.TRACES), _jsonl(straight / distill.PROMPTS)

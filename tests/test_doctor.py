@@ -20,7 +20,7 @@ from transformers import LlamaConfig
 
 from grpo_recipes import cli
 from grpo_recipes.cli import doctor
-from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.sandbox import Isolation
 from grpo_recipes.state.models import DEFAULT_MODEL
 from grpo_recipes.tools.registry import available, build_tools
@@ -34,8 +34,8 @@ SMOLLM2 = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
 
 
 def parsed(name: str, *flags: str):
-    recipe, training, model, _ = parse_recipe_args(["--config", str(CONFIGS / name), *flags])
-    return recipe, training, model
+    config = resolve(["--config", str(CONFIGS / name), *flags])
+    return config.recipe, config.training, config.model
 
 
 def test_the_default_config_passes_on_this_machine(tmp_path, monkeypatch, capsys):
@@ -112,12 +112,13 @@ def test_gpu_count_against_the_accelerate_config():
 
 
 def test_the_batch_geometry_at_the_accelerate_process_count():
-    recipe, training, _ = parsed("math_cpu.yaml", "--generation_batch_size", "16", "--per_device_train_batch_size",
-                                 "4", "--gradient_accumulation_steps", "1")  # 16 fits 1 process (and 2), not 3
+    flags = ["--generation_batch_size", "16", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1"]
+    config = resolve(["--config", str(CONFIGS / "math_cpu.yaml"), *flags])  # 16 fits 1 process (and 2), not 3
+    training, explicit = config.training, config.explicit
     ddp = {"distributed_type": "MULTI_GPU", "num_processes": 3, "use_cpu": True}
-    row = doctor.accelerate_row(ddp, "ddp.yaml", 0, training, recipe.set_fields)
+    row = doctor.accelerate_row(ddp, "ddp.yaml", 0, training, explicit)
     assert row.status == "FAIL" and "generation_batch_size: 16 is not a multiple" in row.detail
-    assert doctor.accelerate_row({**ddp, "num_processes": 2}, "ddp.yaml", 0, training, recipe.set_fields).status == "ok"
+    assert doctor.accelerate_row({**ddp, "num_processes": 2}, "ddp.yaml", 0, training, explicit).status == "ok"
 
 
 def test_the_model_is_found_without_weights_or_named_when_missing(tmp_path):

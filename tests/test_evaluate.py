@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers import REPO, tiny_run_args
 
+from grpo_recipes.config.schema import AlertArguments
 from grpo_recipes.evaluation.heldout import (
     EvalSettings,
     HeldOutEvalCallback,
@@ -21,7 +22,7 @@ from grpo_recipes.evaluation.heldout import (
     score,
     summarise,
 )
-from grpo_recipes.grpo.alerts import AlertConfig, default_detectors
+from grpo_recipes.grpo.alerts import default_detectors
 
 MATH_CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 
@@ -245,7 +246,7 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     # What can honestly be asserted of a random tiny model: 2 steps raise none of the training alerts, as patience (5)
     # is not reached (its completions all hit the length limit); that healthy training stays silent is shown on
     # synthetic streams in test_alerts.py.
-    ours = {d.title for d in default_detectors(AlertConfig(), ["math_correctness", "boxed_format"], "math_correctness",
+    ours = {d.title for d in default_detectors(AlertArguments(), ["math_correctness", "boxed_format"], "math_correctness",
                                                None)}
     assert [a for a in alerts if a[0] in ours] == []
 

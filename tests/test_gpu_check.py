@@ -128,7 +128,7 @@ def test_the_runs_pass_the_start_up_checks_and_turn_every_feature_on(tmp_path, r
         assert (r.skip_zero_advantage_batches, r.share_prompt_forward, r.dynamic_sampling, r.curriculum) == (True,) * 4
         assert [s.name for s in run.stages] == ["sft", "grpo"]
         assert run.training.report_to == [] or run.training.report_to == ["none"]
-    assert prepared["full"].stages[0].plan.training.max_steps == 2 and prepared["full"].training.max_steps == 2
+    assert prepared["full"].stages[0].spec.training.max_steps == 2 and prepared["full"].training.max_steps == 2
     assert prepared["resume"].recipe.resume and prepared["resume"].training.max_steps == 3
     assert prepared["lora"].model_args.use_peft and not prepared["full"].model_args.use_peft
     # the check's reward ties within about half of the groups of the task's own training questions

@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import REPO, tiny_run_args, trackio_metrics
 
-from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.rewards import hacks, registry
 from grpo_recipes.tasks.data import load_splits
 
@@ -35,8 +35,9 @@ CONFIG = REPO / "recipes" / "configs" / "json_cpu.yaml"
 
 @pytest.fixture(scope="module")
 def recipe_rows_and_rewards():
-    recipe, *_ = parse_recipe_args(["--config", str(CONFIG)])
-    train, held_out = load_splits(recipe)
+    config = resolve(["--config", str(CONFIG)])
+    recipe = config.recipe
+    train, held_out = load_splits(recipe, config.task)
     funcs, _ = registry.compile_rewards(recipe.reward_specs, registry.available())
     return train.to_list(), held_out.to_list(), list(zip(recipe.reward_specs, funcs))
 

@@ -290,7 +290,7 @@ def test_cpu_server_command_parses_with_trl_vllm_serve():
 def test_trainer_command_parses_with_accelerate_and_the_recipe():
     from accelerate.commands.launch import launch_command_parser
 
-    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.config.resolve import resolve
 
     argv = _server_and_trainer().trainer.argv
     assert argv[:2] == ["accelerate", "launch"]
@@ -298,7 +298,8 @@ def test_trainer_command_parses_with_accelerate_and_the_recipe():
     assert (args.config_file, args.num_processes, args.training_script) == (
         "accelerate_configs/zero3.yaml", 6, RECIPE)
     # The recipe's own parser (YAML + GRPOConfig + flags) accepts what the launcher appends. CPU here, so bf16 off.
-    _, grpo, model_args, _ = parse_recipe_args([*args.training_script_args, "--bf16", "false", "--use_cpu", "true"])
+    config = resolve([*args.training_script_args, "--bf16", "false", "--use_cpu", "true"], name="math")
+    grpo, model_args = config.training, config.model
     assert (grpo.use_vllm, grpo.vllm_mode, grpo.vllm_server_host, grpo.vllm_server_port) == (
         True, "server", "127.0.0.1", 8123)
     assert model_args.model_name_or_path == MODEL  # the model the server was told to serve
@@ -306,11 +307,12 @@ def test_trainer_command_parses_with_accelerate_and_the_recipe():
 
 @pytest.mark.parametrize("config, processes", [(GPU_CFG, [1, 2, 7, 8]), (SERVER_CFG, [7, 14, 16])])
 def test_gpu_recipe_configs_load_and_hold_whole_groups(config, processes):
-    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.config.resolve import resolve
     from grpo_recipes.rewards import registry
     from grpo_recipes.tasks.data import check_data_args
 
-    recipe, grpo, model_args, _ = parse_recipe_args(["--config", config, "--bf16", "false", "--use_cpu", "true"])
+    resolved = resolve(["--config", config, "--bf16", "false", "--use_cpu", "true"])
+    recipe, grpo, model_args = resolved.recipe, resolved.training, resolved.model
     # The data and reward checks only: the runner's full validation also probes vLLM and the GPU, not present here.
     assert check_data_args(recipe) == []
     assert registry.check_specs(recipe.reward_specs, registry.available(), columns=["prompt", "answer"]) == []
@@ -333,10 +335,10 @@ def test_cli_follows_the_recipe_config_vllm_mode(config, mode, capsys, monkeypat
 
 def test_launcher_and_recipe_read_config_equals_the_same_way(capsys, monkeypatch):
     """`--config=X` names the recipe config for the launcher (which follows its vllm_mode and model) and for the
-    recipe the launched trainer runs: both use parsing.split_config_arg."""
+    recipe the launched trainer runs: both use files.split_config_arg."""
     from accelerate.commands.launch import launch_command_parser
 
-    from grpo_recipes.config.parsing import parse_recipe_args
+    from grpo_recipes.config.resolve import resolve
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert cli.main(["launch", "--accelerate-config", "accelerate_configs/zero3.yaml", "--gpus", "8", "--dry-run",
@@ -346,7 +348,8 @@ def test_launcher_and_recipe_read_config_equals_the_same_way(capsys, monkeypatch
     argv = plan_layout(RECIPE, accelerate_config="accelerate_configs/zero3.yaml", gpu_ids=EIGHT,
                        recipe_args=[f"--config={SERVER_CFG}"]).trainer.argv
     args = launch_command_parser().parse_args(argv[2:])
-    _, grpo, model_args, path = parse_recipe_args([*args.training_script_args, "--bf16", "false", "--use_cpu", "true"])
+    config = resolve([*args.training_script_args, "--bf16", "false", "--use_cpu", "true"])
+    grpo, model_args, path = config.training, config.model, config.path
     assert str(path) == SERVER_CFG and model_args.model_name_or_path == MODEL and grpo.vllm_mode == "server"
 
 

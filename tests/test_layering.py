@@ -350,8 +350,6 @@ def test_tool_files_import_only_the_tool_module_and_leaves():
 
 # Library internals the project leans on -> the one module allowed to touch them.
 PRIVATE_APIS = {
-    "_actions": "grpo_recipes.config.parsing",  # argparse
-    "_option_string_actions": "grpo_recipes.config.parsing",  # argparse
     "_flush_queues_inline": "grpo_recipes.state.tracking",  # trackio.Run
     "_client_lock": "grpo_recipes.state.tracking",  # trackio.Run
 }

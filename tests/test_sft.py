@@ -9,7 +9,7 @@ import sys
 import pytest
 from helpers import REPO, tiny_run_args
 
-from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.config.schema import SFTStageConfig
 from grpo_recipes.rewards import registry
 from grpo_recipes.run.runner import main
@@ -22,14 +22,14 @@ GRPO_CONFIG = REPO / "recipes" / "configs" / "math_cpu.yaml"
 
 
 def sft_args(*argv):
-    recipe, cfg, _, _ = parse_recipe_args(["--report_to", "none", *argv], SFT_CONFIG)
-    assert isinstance(cfg, SFTStageConfig)  # the last (only) stage is sft: the flat keys are its config
-    return recipe, cfg
+    config = resolve(["--report_to", "none", *argv], SFT_CONFIG)
+    assert isinstance(config.training, SFTStageConfig)  # the last (only) stage is sft: the flat keys are its config
+    return config
 
 
-def examples(recipe, cfg):
-    train, held_out = load_splits(recipe)
-    return build_examples(recipe, cfg, train, held_out), held_out
+def examples(config, cfg=None):
+    train, held_out = load_splits(config.recipe, config.task)
+    return build_examples(config.recipe, cfg or config.training, train, held_out), held_out
 
 
 def completions_of(dataset):
@@ -38,10 +38,10 @@ def completions_of(dataset):
 
 @pytest.mark.parametrize("fmt", ["boxed", "think_boxed"])
 def test_rendered_targets_earn_full_format_and_correctness_reward(fmt):
-    recipe, cfg = sft_args("--sft_format", fmt)
-    dataset, _ = examples(recipe, cfg)
+    config = sft_args("--sft_format", fmt)
+    dataset, _ = examples(config)
     texts, answers = completions_of(dataset), dataset["answer"]
-    assert len(texts) == recipe.train_size
+    assert len(texts) == config.recipe.train_size
     rewards = registry.available()
     assert rewards["boxed_format"].func(texts) == [1.0] * len(texts)
     assert rewards["math_correctness"].func(texts, answers, lambda *_: None) == [1.0] * len(texts)
@@ -50,10 +50,11 @@ def test_rendered_targets_earn_full_format_and_correctness_reward(fmt):
 
 
 def test_sft_trains_on_no_question_of_the_grpo_held_out_split():
-    recipe, cfg = sft_args()
-    dataset, sft_held_out = examples(recipe, cfg)
-    grpo_recipe, _, _, _ = parse_recipe_args(["--report_to", "none"], GRPO_CONFIG)
-    _, grpo_held_out = load_splits(grpo_recipe)
+    config = sft_args()
+    dataset, sft_held_out = examples(config)
+    config = resolve(["--report_to", "none"], GRPO_CONFIG)
+    grpo_recipe, _ = config.recipe, config.training
+    _, grpo_held_out = load_splits(grpo_recipe, config.task)
     held_out = {question_key(q) for q in grpo_held_out["question"]}
     assert len(held_out) == grpo_recipe.eval_size == 200
     # The two configs must carve the same held-out split, or avoiding SFT's own would not protect GRPO's.
@@ -62,15 +63,15 @@ def test_sft_trains_on_no_question_of_the_grpo_held_out_split():
 
 
 def test_traces_file_drops_held_out_questions(tmp_path):
-    recipe, cfg = sft_args()
-    _, held_out = examples(recipe, cfg)
+    config = sft_args()
+    _, held_out = examples(config)
     leaked = held_out["question"][0]
     traces = tmp_path / "traces.jsonl"
     lines = [{"question": leaked, "completion": "x \\boxed{1}"},
              {"question": "Calculate 1234 + 1.", "completion": "1234 + 1 = 1235\n\\boxed{1235}", "answer": 1235}]
     traces.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    recipe, cfg = sft_args("--sft_traces_path", str(traces))
-    dataset, _ = examples(recipe, cfg)
+    config = sft_args("--sft_traces_path", str(traces))
+    dataset, _ = examples(config)
     assert dataset["question"] == ["Calculate 1234 + 1."]
     assert dataset["answer"] == ["1235"]
     assert completions_of(dataset) == ["1234 + 1 = 1235\n\\boxed{1235}"]
@@ -81,9 +82,9 @@ def test_loss_is_on_the_assistant_turn_only(tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer
     from trl import SFTTrainer
 
-    recipe, _ = sft_args("--train_size", "4", "--eval_size", "2")
+    config = sft_args("--train_size", "4", "--eval_size", "2")
     cfg = SFTStageConfig(output_dir=str(tmp_path), report_to=[], bf16=False, max_length=128, sft_format="boxed")
-    dataset, _ = examples(recipe, cfg)
+    dataset, _ = examples(config, cfg)
     trainer = SFTTrainer(model=str(tiny_model_dir), args=cfg, train_dataset=dataset)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     for row, prepared in zip(dataset, trainer.train_dataset, strict=True):

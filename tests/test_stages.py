@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO, tiny_run_args
 
 from grpo_recipes.config import stages
-from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.run.runner import prepare
 from grpo_recipes.state import checkpoint
@@ -131,12 +131,13 @@ def test_stage_settings_that_cannot_work_are_named_before_anything_loads(entries
 
 def test_a_stage_without_a_name_it_knows_is_refused_while_parsing(run_env):
     with pytest.raises(ConfigError, match=r"stages\[0\]: expected a mapping with `name` one of sft, distill, grpo"):
-        parse_recipe_args(["--output_dir", str(run_env / "out"), "--stages", '[{"name": "dpo"}]'], MATH)
+        resolve(["--output_dir", str(run_env / "out"), "--stages", '[{"name": "dpo"}]'], MATH)
 
 
 def test_an_earlier_stage_takes_the_shared_settings_and_keeps_its_own_pace(run_env):
     argv = ["--output_dir", str(run_env / "out"), "--seed", "7", "--logging_steps", "3"]
-    recipe, training, _, _ = parse_recipe_args(argv, MATH)
+    config = resolve(argv, MATH)
+    recipe, training = config.recipe, config.training
     plans, problems = stages.plan_stages(recipe, training)
     assert problems == []
     sft, grpo = plans
@@ -154,3 +155,11 @@ def test_the_last_stage_picks_the_flat_keys_config():
     assert stages.final_stage({"stages": ["sft"]}, ["--stages", '["sft", "grpo"]']) == "grpo"
     assert stages.final_stage({}, ["--stages=[\"sft\"]"]) == "sft"
     assert stages.final_stage({}, []) == "grpo"
+
+
+def test_every_configured_stage_name_has_a_kind():
+    """config/schema.STAGE_CONFIGS is the one list of stage names; the runner has a kind for each."""
+    from grpo_recipes.config.schema import STAGE_CONFIGS
+    from grpo_recipes.run.runner import KINDS
+
+    assert set(KINDS) == set(STAGE_CONFIGS) == {"sft", "distill", "grpo"}

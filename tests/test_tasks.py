@@ -13,7 +13,7 @@ import sys
 import pytest
 from helpers import REPO
 
-from grpo_recipes.config.parsing import parse_recipe_args
+from grpo_recipes.config.resolve import resolve
 from grpo_recipes.errors import ConfigError
 from grpo_recipes.run.runner import prepare
 from grpo_recipes.tasks import registry as tasks
@@ -46,7 +46,8 @@ def test_a_task_file_in_task_dirs_brings_its_data_prompt_demonstrations_and_veri
 def test_the_config_overrides_a_task_default(tmp_path):
     argv = ["--config", str(EXAMPLE / "spell_backward.yaml"), "--output_dir", str(tmp_path / "out"),
             "--prompt_template", "{question}"]
-    recipe, *_ = parse_recipe_args(argv)
+    config = resolve(argv)
+    recipe = config.recipe
     assert recipe.prompt_template == "{question}" and recipe.gym_task == "spell_backward"
 
 

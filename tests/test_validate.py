@@ -174,9 +174,9 @@ def test_world_size_enters_the_batch_check(no_model, monkeypatch):
 
 def test_resume_with_valid_checkpoint_and_overwrite_pass_validation(no_model):
     path = _with_checkpoint(no_model)
-    plan = runner.prepare("math", base_argv(no_model / "out") + ["--resume"], DEFAULT).plan
+    plan = runner.prepare("math", base_argv(no_model / "out") + ["--resume"], DEFAULT).start
     assert plan.resume_from == path and plan.start_step == 2
-    plan = runner.prepare("math", base_argv(no_model / "out") + ["--overwrite_output_dir"], DEFAULT).plan
+    plan = runner.prepare("math", base_argv(no_model / "out") + ["--overwrite_output_dir"], DEFAULT).start
     assert plan.discard == [path]
     with pytest.raises(ConfigError, match="already holds checkpoints"):
         runner.prepare("math", base_argv(no_model / "out"), DEFAULT)

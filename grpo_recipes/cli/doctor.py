@@ -40,7 +40,7 @@ from transformers.utils import get_json_schema
 from .. import bundled, sandbox
 from ..config.batching import batch_problems
 from ..config.files import read_yaml
-from ..config.parsing import parse_recipe_args
+from ..config.resolve import resolve
 from ..errors import ConfigError
 from ..rewards import registry
 from ..run.runner import prepare
@@ -433,34 +433,37 @@ def uses_sandbox(recipe) -> bool:
 
 def diagnose(recipe_name: str | None, argv: list[str], accelerate_config: str | None = None) -> list[Row]:
     """Every check for the config `argv` names (`--config X` and flags), as the run would see it."""
-    acc_path = str(bundled.accelerate_config(accelerate_config)) if accelerate_config else (default_config_file if Path(default_config_file).is_file() else None)
+    default = default_config_file if Path(default_config_file).is_file() else None
+    acc_path = str(bundled.accelerate_config(accelerate_config)) if accelerate_config else default
     try:
         acc = read_yaml(acc_path, "--accelerate-config") if acc_path else None
     except ConfigError as exc:
-        return [Row("accelerate", "FAIL", "; ".join(exc.problems), "an existing file, or a shipped config's name: " + ", ".join(bundled.accelerate_config_names()))]
+        return [Row("accelerate", "FAIL", "; ".join(exc.problems),
+                    "an existing file, or a shipped config's name: " + ", ".join(bundled.accelerate_config_names()))]
     cpu_wanted = bool(acc and acc.get("use_cpu"))
     present, gpus, cuda_build = gpus_present(), visible_gpus(), torch.version.cuda is not None
     try:
-        recipe, training, model_args, config_path = parse_recipe_args(argv)
+        config = resolve(argv, name=recipe_name)
     except ConfigError as exc:  # nothing config-specific can be checked: the machine alone
         return [Row("config", "FAIL", "\n".join(exc.problems), "each line names its field and its fix"),
                 versions_row(False, True, not gpus), torch_row(present, gpus, cuda_build, cpu_wanted),
                 accelerate_row(acc, acc_path, gpus)]
+    recipe, training, model_args = config.recipe, config.training, config.model
     grpo = hasattr(training, "num_generations")
     use_vllm = grpo and training.use_vllm
     try:  # the start-up's own checks; the vLLM server is tried once here, and in its own row below
         run = prepare(recipe_name, argv + (["--vllm_server_timeout", "0"] if use_vllm else []))
         recipe, training, train = run.recipe, run.training, run.train
-        stages = {s.plan.label: s.plan.training for s in run.stages}
-        rows = [Row("config", "ok", f"{config_path}: checked as at start-up; {len(train)} training rows, stages "
+        stages = {s.spec.label: s.spec.training for s in run.stages}
+        rows = [Row("config", "ok", f"{config.path}: checked as at start-up; {len(train)} training rows, stages "
                     f"{' -> '.join(s.name for s in run.stages)}")]
     except ConfigError as exc:
-        stages, train = {"last stage": training}, _rows_anyway(recipe)
+        stages, train = {"last stage": training}, _rows_anyway(config)
         rows = [Row("config", "FAIL", "\n".join(exc.problems), "each line names its field and its fix")]
     on_gpu = bool(gpus) and not (training.use_cpu or cpu_wanted)
     rows += [versions_row(use_vllm, tracking.enabled(training), not on_gpu),
              torch_row(present, gpus, cuda_build, cpu_wanted or training.use_cpu),
-             accelerate_row(acc, acc_path, gpus, training, recipe.set_fields)]
+             accelerate_row(acc, acc_path, gpus, training, config.explicit)]
     if grpo:
         rows.append(vllm_server_row(training, not on_gpu))
     try:
@@ -478,7 +481,7 @@ def diagnose(recipe_name: str | None, argv: list[str], accelerate_config: str | 
         try:
             if recipe.uses_tools:
                 tokenizer = prepare_tokenizer(tokenizer, recipe.tool_template)
-                built = tools.build_tools(recipe.tools or [], tools.available(recipe.tool_dirs or ()))
+                built = tools.recipe_tools(recipe)
                 specs = [get_json_schema(f) for f in built] or [get_json_schema(_placeholder_tool)]
             rows.append(template_row(tokenizer, prompts[0] if prompts else [{"role": "user", "content": "2 + 1?"}],
                                      specs))
@@ -505,11 +508,11 @@ def diagnose(recipe_name: str | None, argv: list[str], accelerate_config: str | 
     return rows
 
 
-def _rows_anyway(recipe):
+def _rows_anyway(config):
     """The training rows of a config the start-up refused for another reason (an earlier run in output_dir, ...):
     the memory estimate reads the prompts' lengths from them. None when they do not load either."""
     try:
-        return load_splits(recipe)[0]
+        return load_splits(config.recipe, config.task)[0]
     except (KeyError, ValueError, OSError):  # the config row already says why
         return None
 

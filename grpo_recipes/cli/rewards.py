@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..config.parsing import parse_recipe_args
+from ..config.resolve import resolve
 from ..rewards import registry
 from ..rewards.check import check_reward, default_rows
 from ..tasks.data import load_splits
@@ -58,8 +58,9 @@ def cmd_list(args) -> int:
 
 def _config_rows(path: Path, n: int):
     """(rows, params-from-config, reward_dirs) from a recipe YAML, through the recipe's own data loader."""
-    recipe, *_ = parse_recipe_args(["--config", str(path)])
-    train, _held_out = load_splits(recipe)
+    config = resolve(["--config", str(path)])
+    recipe = config.recipe
+    train, _held_out = load_splits(recipe, config.task)
     rows = train.select(range(min(n, len(train)))).to_list()
     return rows, recipe.reward_specs, list(recipe.reward_dirs or [])
 

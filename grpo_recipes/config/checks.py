@@ -1,16 +1,17 @@
 """Start-up checks: everything that can be checked before a model is loaded, reported together.
 
-`collect` is the entry point for the run's flat keys (its last stage, GRPO or SFT); `stage_problems` checks an sft
-stage's own settings, for each earlier stage too (the runner prefixes them with `stages[i]`). `collect` runs twice:
-1. on the config alone (nothing loaded): the data settings (data.check_data_args), the rewards list and their
-   params' values (registry.check_specs), reward roles and evaluation settings, ranges and the string choices TRL
-   only checks deep inside a training step, the output directory versus resume/overwrite (not when nothing is
-   trained: `grpo-recipes eval`), Trackio grouping, vLLM (vllm_support); an sft stage's own settings;
-2. once the data is loaded and the run is planned: the reward columns against the dataset, enough distinct prompts
-   for one generation batch, and a fresh start into a Trackio run that already has metrics.
+Checks of the resolved config's own values live here, one function a concern; what a kind of stage needs of the recipe
+and the data is that stage's (stages/*.py, Stage.problems and data_problems); a GRPO feature checks its own settings
+(grpo/features/). The runner collects them all twice:
+1. `problems(config)`, before anything loads: the data settings, the rewards list and their params' values, reward
+   roles and evaluation settings, every stage's training values (ranges, and the string choices TRL only checks deep
+   inside a training step), tools, Trackio grouping, failure-rate settings, the output directory versus
+   resume/overwrite (not when nothing is trained: `grpo-recipes eval`), vLLM;
+2. `data_problems(config, ...)`, once the data is loaded and the start planned: the reward columns against the
+   dataset, and a fresh start into a Trackio run that already has metrics.
 Out-of-the-ordinary but legal values are warnings (logged), not errors. Bad values and unknown keys are found earlier,
 while parsing (parsing.py), which also runs the batch geometry rule (batching.py) and, when a dataclass cannot be
-built, `static_checks` on the raw values; the launcher runs the batch rule for its process count.
+built, `raw_problems` on the raw values; the launcher runs the batch rule for its process count.
 
 Every message starts with the field name and ends with the fix.
 """
@@ -18,14 +19,16 @@ Every message starts with the field name and ends with the fix.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from ..rewards import registry
 from ..state import checkpoint, tracking
+from ..tasks import registry as tasks
 from ..tasks.data import check_data_args
 from ..tools import registry as tools
 from ..tools.templates import TOOL_TEMPLATE_CHOICES
@@ -50,43 +53,41 @@ WARN_BETA = 0.5
 WARN_EPSILON = 0.5
 
 
-def collect(recipe, training, model_args=None, known: Mapping[str, registry.RewardDef] | None = None, *,
-            data: tuple[Any, Any] | None = None, plan: checkpoint.RunPlan | None = None,
-            training_output: bool = True) -> list[str]:
-    """Every start-up problem, as messages; warnings are logged.
 
-    Without `data`: the problems visible from the config alone. With `data` = (train, held_out) and the run's `plan`:
-    the problems only the loaded data and the planned run show. `known`: the available rewards (registry.available).
-    `training_output=False` (`grpo-recipes eval`, which trains nothing) skips the output-directory checks.
-    """
-    known = registry.available(recipe.reward_dirs or ()) if known is None else known
-    grpo, warmup = _is_grpo(training), _is_warmup(training)
-    scores_held_out = warmup and recipe.eval_heldout  # an sft-only run uses its rewards on held-out answers only
-    needs_rewards = not warmup or scores_held_out or recipe.reward_specs
-    if data is None:
-        problems = check_data_args(recipe)
-        if needs_rewards:
-            problems += registry.check_specs(recipe.reward_specs, known, columns=None)
-        problems += reward_setting_problems(recipe)
-        errors, warnings = static_checks(recipe, training, model_args, training_output)
+def problems(config, training_output: bool = True) -> list[str]:
+    """Every problem the resolved config shows before anything loads, as messages; warnings are logged.
+    `training_output=False` (`grpo-recipes eval`, which trains nothing) skips the output directory's."""
+    recipe, training = config.recipe, config.training
+    scores_held_out = _is_warmup(training) and recipe.eval_heldout  # an sft-only run scores held-out answers only
+    out = check_data_args(recipe) + tasks.read_problems(recipe, config.task)
+    if not _is_warmup(training) or scores_held_out or recipe.reward_specs:
+        out += registry.check_specs(recipe.reward_specs, registry.available(recipe.reward_dirs or ()), columns=None)
+    out += reward_setting_problems(recipe)
+    for spec in config.stages[:-1]:
+        errors, warnings = training_problems(spec.training)
+        out += [f"stages[{spec.index}] ({spec.name}): {m}" for m in errors]
         report_warnings(warnings)
-        return problems + errors
-    train, held_out = data
-    problems = []
-    if grpo:
-        problems += registry.check_specs(recipe.reward_specs, known, columns=train.column_names)
-        problems += data_problems(training, train)
-    elif scores_held_out and held_out is not None:
-        problems += registry.check_specs(recipe.reward_specs, known, columns=held_out.column_names)
-    if warmup:
-        problems += stage_problems(recipe, training, train)
-    if plan is not None:
-        problems += metric_history_problems(plan, training)
-    return problems
+    errors, warnings = recipe_problems(recipe, training, config.model, training_output)
+    report_warnings(warnings)
+    return out + errors
+
+
+def data_problems(config, train, held_out, start: checkpoint.StartPoint | None) -> list[str]:
+    """The problems only the loaded rows and the planned start show: the reward columns (the training rows' for a
+    GRPO run, the held-out rows' for an sft-only one that scores them), the Trackio history."""
+    recipe, training = config.recipe, config.training
+    rows = train if _is_grpo(training) else held_out if _is_warmup(training) and recipe.eval_heldout else None
+    out = []
+    if rows is not None:
+        known = registry.available(recipe.reward_dirs or ())
+        out += registry.check_specs(recipe.reward_specs, known, columns=rows.column_names)
+    if start is not None:
+        out += metric_history_problems(start, training)
+    return out
 
 
 def _is_grpo(training) -> bool:
-    # Duck-typed, not isinstance: static_checks also runs on the raw values of a config whose dataclasses failed.
+    # Duck-typed, not isinstance: raw_problems runs on the raw values of a config whose dataclasses failed.
     return hasattr(training, "num_generations")
 
 
@@ -125,22 +126,17 @@ def reward_setting_problems(recipe) -> list[str]:
     return problems
 
 
-# ------------------------------------------------------------------------------------------------------- static
+# ------------------------------------------------------------------------------------------------------- values
 
 
-def static_checks(recipe, training, model_args=None, training_output: bool = True) -> tuple[list[str], list[str]]:
-    """(errors, warnings) visible from the parsed config alone: those of every run, then GRPO's or the warm-up's.
-    `training_output=False` skips those of the output directory (checkpoints versus resume/overwrite). Loads
-    nothing."""
-    errors: list[str] = []
-    warnings: list[str] = []
-    if _is_grpo(training):
-        grpo_checks(training, errors, warnings)
-    if _is_warmup(training):
-        errors += stage_problems(recipe, training)
-        if recipe.eval_heldout and recipe.eval_max_new_tokens is None:
-            errors.append("eval_max_new_tokens: an sft-only run has no max_completion_length to evaluate with; set "
-                          "it (the GRPO recipe's max_completion_length), or eval_heldout: false")
+def recipe_problems(recipe, training, model_args=None, training_output: bool = True) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of the flat keys, visible from the config alone: the last stage's training values, tools,
+    Trackio, the failure-rate settings, the output directory (unless `training_output` is False) and vLLM. Loads
+    nothing. Runs on raw values too (raw_problems)."""
+    errors, warnings = training_problems(training)
+    if _is_warmup(training) and recipe.eval_heldout and recipe.eval_max_new_tokens is None:
+        errors.append("eval_max_new_tokens: an sft-only run has no max_completion_length to evaluate with; set "
+                      "it (the GRPO recipe's max_completion_length), or eval_heldout: false")
     errors += tool_problems(recipe, training)
     if recipe.trackio_group and not tracking.enabled(training):
         errors.append(f"trackio_group: '{recipe.trackio_group}' groups Trackio runs, but report_to is "
@@ -154,6 +150,42 @@ def static_checks(recipe, training, model_args=None, training_output: bool = Tru
         errors += checkpoint.output_dir_problems(recipe, training)
     if _is_grpo(training):
         errors += vllm_problems(training, model_args)
+    return errors, warnings
+
+
+def raw_problems(values: dict[str, Any], already: list[str]) -> list[str]:
+    """recipe_problems on the raw values of a config whose dataclasses cannot be built (parsing.build), so a batch
+    problem does not hide a bad learning rate or an output-dir conflict until the next attempt."""
+    raw = SimpleNamespace(**values)
+    if "scale_rewards" in values:  # as GRPOConfig.__post_init__ maps it
+        raw.scale_rewards = {True: "group", False: "none"}.get(raw.scale_rewards, raw.scale_rewards)
+    try:
+        errors, warnings = recipe_problems(raw, raw)
+    except (AttributeError, TypeError, ValueError) as exc:  # a raw value too broken to check: its error is reported
+        logger.debug("config checks skipped on unparsed values: %s", exc)
+        return []
+    report_warnings(warnings)
+    return [e for e in errors if e not in already]
+
+
+def training_problems(cfg) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of one stage's training values: GRPO's ranges and run-time choices, an sft stage's format
+    and traces, every stage's learning rate."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    if _is_grpo(cfg):
+        grpo_checks(cfg, errors, warnings)
+    elif _is_warmup(cfg):
+        if not cfg.learning_rate > 0:
+            errors.append(f"learning_rate: {cfg.learning_rate:g}; it must be > 0 (the math default's sft stage uses "
+                          "3e-5)")
+        if cfg.sft_format not in SFT_FORMATS:
+            errors.append(f"sft_format: '{cfg.sft_format}' is not one of {', '.join(SFT_FORMATS)}"
+                          f"{choice_hint(cfg.sft_format, SFT_FORMATS)}")
+        if cfg.sft_traces_path and not Path(cfg.sft_traces_path).is_file():
+            errors.append(f"sft_traces_path: no such file {cfg.sft_traces_path}")
+    elif not cfg.learning_rate > 0:
+        errors.append(f"learning_rate: {cfg.learning_rate:g}; it must be > 0")
     return errors, warnings
 
 
@@ -220,38 +252,6 @@ def grpo_checks(grpo, errors: list[str], warnings: list[str]) -> None:
             errors.append(f"{name}: '{value}' is not one of {', '.join(choices)}{choice_hint(value, choices)}")
 
 
-def stage_problems(recipe, cfg, train=None) -> list[str]:
-    """An sft stage's own settings (config.SFTStageConfig); with `train`, the training rows it reads."""
-    problems = []
-    if not cfg.learning_rate > 0:
-        problems.append(f"learning_rate: {cfg.learning_rate:g}; it must be > 0 (the math default's sft stage uses "
-                        "3e-5)")
-    if cfg.sft_format not in SFT_FORMATS:
-        problems.append(f"sft_format: '{cfg.sft_format}' is not one of {', '.join(SFT_FORMATS)}"
-                        f"{choice_hint(cfg.sft_format, SFT_FORMATS)}")
-    if cfg.sft_traces_path:
-        if not Path(cfg.sft_traces_path).is_file():
-            problems.append(f"sft_traces_path: no such file {cfg.sft_traces_path}")
-        return problems
-    if cfg.sft_format == "demonstration":
-        field_ = recipe.demonstration_field
-        if not field_:
-            problems.append("demonstration_field: the sft stage trains on it (sft_format demonstration), and it is "
-                            "unset. Fix: a task that sets it (task: arithmetic sets worked_solution), a column of "
-                            "correct completions, another sft_format, or sft_traces_path")
-        elif train is not None:
-            problems += demonstration_column(field_, train)
-    elif not recipe.answer_field:
-        problems.append(f"answer_field: sft_format {cfg.sft_format} renders gold answers; set answer_field or "
-                        "pass sft_traces_path")
-    if cfg.sft_format == "tool_trajectory" and not recipe.tools:
-        problems.append("sft_format: tool_trajectory renders a call to the first configured tool; set `tools`")
-    if cfg.sft_format == "tool_trajectory" and not cfg.assistant_only_loss:
-        problems.append("assistant_only_loss: must be true with sft_format tool_trajectory, or the tool results "
-                        "(which the model never writes) are trained on as its own text")
-    return problems
-
-
 def vllm_problems(grpo, model_args=None) -> list[str]:
     return vllm_support.check_vllm(
         grpo.use_vllm, grpo.vllm_mode, grpo.vllm_server_host, grpo.vllm_server_port, grpo.vllm_server_timeout,
@@ -264,20 +264,6 @@ def vllm_problems(grpo, model_args=None) -> list[str]:
 # --------------------------------------------------------------------------------------------- data and history
 
 
-def data_problems(grpo, train) -> list[str]:
-    """TRL's RepeatSampler drops an incomplete last group of prompts: with fewer distinct training prompts than one
-    generation batch needs, it yields no batch at all and training stops at step 0 without an error."""
-    prompts_per_generation = grpo.generation_batch_size // grpo.num_generations
-    if len(train) < prompts_per_generation:
-        return [
-            f"train_size: the dataset has {len(train)} training rows, but one generation batch needs "
-            f"{prompts_per_generation} distinct prompts (generation_batch_size {grpo.generation_batch_size} / "
-            f"num_generations {grpo.num_generations}). Fix: more training rows, or a smaller "
-            "per_device_train_batch_size"
-        ]
-    return []
-
-
 def demonstration_column(field_: str, train) -> list[str]:
     values = train[field_] if field_ in train.column_names else [None] * len(train)
     missing = sum(not (isinstance(v, str) and v.strip()) for v in values)
@@ -288,9 +274,9 @@ def demonstration_column(field_: str, train) -> list[str]:
     return []
 
 
-def metric_history_problems(plan: checkpoint.RunPlan, training) -> list[str]:
+def metric_history_problems(start: checkpoint.StartPoint, training) -> list[str]:
     """A fresh start must not append to a Trackio run that already has metrics: the curves would interleave."""
-    if plan.replace_metrics or not tracking.enabled(training):
+    if start.replace_metrics or not tracking.enabled(training):
         return []
     steps = tracking.logged_steps(tracking.project_db(training.project), training.run_name)
     if not steps:

@@ -1,43 +1,33 @@
-"""Recipe arguments: `--config X.yaml` + YAML + command-line flags -> (RecipeArguments, training config, ModelConfig).
-
-The config file is read by config_files.py (the launcher's reader too). This is the one module that touches argparse
-internals (`parser._actions`, `_option_string_actions`: to convert and report each value the way argparse would).
+"""Reading a config's values: the file's values and the command line's flags, each checked the way argparse would
+convert it, then built into the run's dataclasses (RecipeArguments, the last stage's training config, ModelConfig).
+config/resolve.py decides which values go in; this module reads and builds them.
 
 1. values, before argparse sees them: every YAML value and every command-line value is converted the way argparse
-   would convert it. argparse stops at the first bad value with `SystemExit` and a usage dump; here each bad value
-   becomes one `ConfigError` entry that names the field, what was given and what is expected.
-2. dataclasses: RecipeArguments, the training config and ModelConfig are built one by one, so the `__post_init__`
-   ValueError of one does not hide the problems of another. The batch geometry is checked on the raw values first
-   (batching.batch_problems), with the fix spelled out, because GRPOConfig's own message says what is wrong but not what
-   to change; when a dataclass cannot be built, the config-alone checks still run on the raw values.
-
-Relative input paths in a config file (config_files.PATH_FIELDS) are relative to that file; on the command line they
-are the user's own, relative to where they stand.
+   would convert it, through the argparse actions the parser created (`Parser.actions`, kept as add_argument returns
+   them). argparse stops at the first bad value with `SystemExit` and a usage dump; here each bad value becomes one
+   `ConfigError` entry that names the field, what was given and what is expected.
+2. dataclasses: each is built one by one, so the `__post_init__` ValueError of one does not hide the problems of
+   another. The batch geometry is checked on the raw values first (batching.batch_problems), with the fix spelled out,
+   because GRPOConfig's own message says what is wrong but not what to change; when a dataclass cannot be built, the
+   config-alone checks still run on the raw values.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
-import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
-from trl import ModelConfig, TrlParser
+from trl import TrlParser
 
 from ..errors import ConfigError
-from ..tasks import registry as task
-from ..values import choice_hint, did_you_mean
+from ..values import annotations, choice_hint, did_you_mean, init_fields
 from . import checks
 from .batching import batch_problems, num_processes
-from .files import read_yaml, resolve_paths, split_config_arg
-from .schema import RecipeArguments
-from .stages import final_config
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -48,10 +38,6 @@ _BATCH_WORDS = ("generation_batch_size", "num_generations", "global batch size",
 
 # Text fields that TRL also documents as taking true/false (GRPOConfig.__post_init__ maps them to group/none).
 _BOOL_OK = {"scale_rewards"}
-
-
-class _ArgparseError(Exception):
-    pass
 
 
 def bf16_supported() -> bool:
@@ -68,40 +54,31 @@ def device_defaults() -> dict[str, bool]:
     return defaults
 
 
-def parse_recipe_args(argv: list[str] | None = None, default_config: Path | None = None, training_cls=None):
-    """argv + YAML -> (RecipeArguments, training config, ModelConfig, config path). Unknown keys are errors. The
-    configured task's defaults (task.py) fill the RecipeArguments fields that neither the file nor the flags set.
+class Parser(TrlParser):
+    """TrlParser over the run's dataclasses. It keeps each flag's argparse action as `add_argument` returns it, so the
+    checks below read the actions' public attributes (type, choices, nargs), and it raises ConfigError where argparse
+    would print usage and exit."""
 
-    The training config is the last stage's (stages.final_config: GRPOConfig for grpo, SFTStageConfig for sft, a
-    distill stage's by its mode) unless `training_cls` names one.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    config_path, argv = split_config_arg(argv, default_config)
-    config = resolve_paths(read_yaml(config_path), config_path) if config_path else {}
-    training_cls = training_cls or final_config(config, argv)
-    for key, value in (config.pop("env", None) or {}).items():
-        os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
-    known = {f.name for dc in (RecipeArguments, training_cls, ModelConfig) for f in fields(dc)}
-    problems = [unknown_key_message(k, known, "config file") for k in config if k not in known]
-    config = {**device_defaults(), **config}
-    parser = TrlParser((RecipeArguments, training_cls, ModelConfig), allow_abbrev=False)  # --max_step is a typo
-    # Every bad value, in the file or on the command line, is reported here: argparse would SystemExit on the first.
-    problems += check_values(parser, (RecipeArguments, training_cls, ModelConfig), config, argv)
-    if problems:
-        raise ConfigError(problems)
-    parser.set_defaults_with_config(**config)
-    (recipe, training, model), rest = build_dataclasses(parser, argv)  # every __post_init__ refusal, together
-    flags = [a[2:].split("=")[0] for a in rest if a.startswith("--")]
-    if flags or rest:
-        problems = [unknown_key_message(f, known, "command line") for f in flags] or [f"unexpected arguments {rest}"]
-        raise ConfigError(problems)
-    # What the config file and the command line set: the task's defaults fill only the rest.
-    recipe.set_fields = frozenset(config) | {a[2:].split("=")[0].replace("-", "_") for a in argv if a.startswith("--")}
-    problems = task.problems(recipe)
-    if problems:
-        raise ConfigError(problems)
-    task.apply_defaults(recipe, task.load(recipe))
-    return recipe, training, model, config_path
+    def __init__(self, dataclass_types: Sequence[type]):
+        self.actions: dict[str, argparse.Action] = {}  # "--flag" -> its action
+        self.types = tuple(dataclass_types)
+        super().__init__(self.types, allow_abbrev=False)  # --max_step is a typo, not max_steps
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        for option in action.option_strings:
+            self.actions[option] = action
+        return action
+
+    def error(self, message: str):
+        raise ConfigError([f"command line: {message}"])
+
+    def field_action(self, name: str) -> argparse.Action | None:
+        """The action of a field's `--name` flag (a bool field also has a `--no_name` one)."""
+        return self.actions.get(f"--{name}")
+
+    def known(self) -> set[str]:
+        return {name for cls in self.types for name in init_fields(cls)}
 
 
 def unknown_key_message(key: str, known: set[str], where: str) -> str:
@@ -111,26 +88,6 @@ def unknown_key_message(key: str, known: set[str], where: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------- 1. values
-
-
-def _field_types(dataclass_types: Sequence[type]) -> dict[str, str]:
-    """Field name -> its annotation as written. Not `Field.type`: HfArgumentParser rewrites that in place (a
-    `dict | str | None` field becomes `str`), which would hide that a mapping is a legal YAML value."""
-    out: dict[str, str] = {}
-    for dc in dataclass_types:
-        for cls in reversed(dc.__mro__):
-            for name, annotation in vars(cls).get("__annotations__", {}).items():
-                out[name] = annotation if isinstance(annotation, str) else str(annotation)
-    return out
-
-
-def _actions_by_dest(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """dest -> the action of its `--dest` flag (bool fields also have a `--no_dest` store-false action)."""
-    out: dict[str, argparse.Action] = {}
-    for action in parser._actions:
-        if f"--{action.dest}" in action.option_strings:
-            out.setdefault(action.dest, action)
-    return out
 
 
 def _type_name(action: argparse.Action) -> str:
@@ -220,18 +177,7 @@ def _cli_chunks(argv: Sequence[str]) -> tuple[list[list[str]], list[str]]:
     return chunks, strays
 
 
-def _resolve_flag(parser: argparse.ArgumentParser, flag: str) -> argparse.Action | None:
-    exact = parser._option_string_actions.get(flag)
-    if exact is not None:
-        return exact
-    if not parser.allow_abbrev:
-        return None
-    # argparse accepts an unambiguous prefix (allow_abbrev); accept what it accepts.
-    matches = {a for s, a in parser._option_string_actions.items() if s.startswith(flag)}
-    return matches.pop() if len(matches) == 1 else None
-
-
-def _check_cli_chunk(parser: argparse.ArgumentParser, chunk: list[str], known: set[str]) -> str | None:
+def _check_cli_chunk(parser: Parser, chunk: list[str], known: set[str]) -> str | None:
     head, values = chunk[0], chunk[1:]
     flag, eq, inline = head.partition("=")
     if eq:
@@ -239,7 +185,7 @@ def _check_cli_chunk(parser: argparse.ArgumentParser, chunk: list[str], known: s
     name = flag[2:]
     if flag in ("--help",):
         return None
-    action = _resolve_flag(parser, flag)
+    action = parser.actions.get(flag)
     if action is None:
         return unknown_key_message(name, known, "command line")
     dest = action.dest
@@ -263,15 +209,12 @@ def _check_cli_chunk(parser: argparse.ArgumentParser, chunk: list[str], known: s
     return None
 
 
-def check_values(
-    parser: argparse.ArgumentParser, dataclass_types: Sequence[type], config: Mapping[str, Any], argv: Sequence[str]
-) -> list[str]:
-    """Every bad YAML value, unknown or bad command-line flag, as messages. Unknown YAML keys: parse_recipe_args."""
-    types = _field_types(dataclass_types)
-    actions = _actions_by_dest(parser)
+def check_values(parser: Parser, values: Mapping[str, Any], argv: Sequence[str]) -> list[str]:
+    """Every bad config value, unknown or bad command-line flag, as messages. Unknown config keys: unknown_keys."""
+    types = {name: text for cls in parser.types for name, text in annotations(cls).items()}
     problems = []
-    for key, value in config.items():
-        action = actions.get(key)
+    for key, value in values.items():
+        action = parser.field_action(key)
         if action is not None:
             problem = _check_yaml_value(key, value, action, types.get(key, ""))
             if problem:
@@ -286,31 +229,38 @@ def check_values(
     return problems
 
 
+def unknown_keys(values: Mapping[str, Any], parser: Parser) -> list[str]:
+    """A config file's keys that are no field, each with a did-you-mean."""
+    known = parser.known()
+    return [unknown_key_message(k, known, "config file") for k in values if k not in known]
+
+
 # --------------------------------------------------------------------------------------------------- 2. dataclasses
 
 
-def _raise_instead_of_exit(message: str) -> None:
-    raise _ArgparseError(message)
+def namespace(parser: Parser, values: Mapping[str, Any], argv: Sequence[str]) -> dict[str, Any]:
+    """Every field's value: `values` as the defaults, the flags over them, each converted by argparse. Call
+    check_values first: a bad value here is reported as argparse words it."""
+    parser.set_defaults_with_config(**values)
+    parsed, rest = parser.parse_known_args(args=list(argv))
+    flags = [a[2:].split("=")[0] for a in rest if a.startswith("--")]
+    if flags or rest:
+        known = parser.known()
+        raise ConfigError([unknown_key_message(f, known, "command line") for f in flags]
+                          or [f"unexpected arguments {rest}"])
+    return vars(parsed)
 
 
-def build_dataclasses(parser, argv: Sequence[str]) -> tuple[list[Any], list[str]]:
-    """argv (+ the YAML already set as defaults) -> (dataclass instances, leftover strings), or ConfigError listing the
-    batch-geometry problems and every dataclass whose __post_init__ refused its values.
-
-    This is HfArgumentParser.parse_args_into_dataclasses without the `.args` file lookup, building each dataclass
-    separately so that all their problems are reported at once.
-    """
-    parser.error = _raise_instead_of_exit  # argparse would print usage and SystemExit; check_values ran first anyway
-    try:
-        namespace, rest = parser.parse_known_args(args=list(argv))
-    except _ArgparseError as exc:
-        raise ConfigError([f"command line: {exc}"]) from None
-    values = vars(namespace)
+def build(parser: Parser, values: Mapping[str, Any]) -> list[Any]:
+    """Each dataclass from the fields' values, or ConfigError listing the batch-geometry problems and every dataclass
+    whose __post_init__ refused its values. HfArgumentParser.parse_args_into_dataclasses without the `.args` file
+    lookup, building each dataclass separately so that all their problems are reported at once. The values are
+    copied: a __post_init__ that normalises a list in place leaves `values` as they were."""
     problems = batch_problems(values, num_processes()) if "num_generations" in values else []
     outputs = []
-    for dtype in parser.dataclass_types:
-        keys = {f.name for f in fields(dtype) if f.init}
-        inputs = {k: values[k] for k in keys if k in values}
+    for dtype in parser.types:
+        keys = set(init_fields(dtype))
+        inputs = {k: copy.deepcopy(values[k]) for k in keys if k in values}
         try:
             outputs.append(dtype(**inputs))
         except (ValueError, TypeError) as exc:
@@ -319,23 +269,8 @@ def build_dataclasses(parser, argv: Sequence[str]) -> tuple[list[Any], list[str]
                 continue  # the same problem, already explained by batch_problems with its fix
             problems.append(_attribute(dtype, keys, message))
     if problems:
-        raise ConfigError(problems + _static_on_raw_values(values, problems))
-    return outputs, rest
-
-
-def _static_on_raw_values(values: dict[str, Any], already: list[str]) -> list[str]:
-    """A config whose dataclasses cannot be built still gets the config-alone checks, run on the raw values, so a
-    batch problem does not hide a bad learning rate or an output-dir conflict until the next attempt."""
-    raw = SimpleNamespace(**values)
-    if "scale_rewards" in values:  # as GRPOConfig.__post_init__ maps it
-        raw.scale_rewards = {True: "group", False: "none"}.get(raw.scale_rewards, raw.scale_rewards)
-    try:
-        errors, warnings = checks.static_checks(raw, raw)
-    except (AttributeError, TypeError, ValueError) as exc:  # a raw value too broken to check: its error is reported
-        logger.debug("static checks skipped on unparsed values: %s", exc)
-        return []
-    checks.report_warnings(warnings)
-    return [e for e in errors if e not in already]
+        raise ConfigError(problems + checks.raw_problems(dict(values), problems))
+    return outputs
 
 
 def _attribute(dtype: type, keys: set[str], message: str) -> str:

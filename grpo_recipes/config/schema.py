@@ -15,20 +15,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from trl import DistillationConfig, SFTConfig
+from trl import DistillationConfig, GRPOConfig, SFTConfig
 
 from ..rewards.registry import RewardSpec
 
 SFT_FORMATS = ("demonstration", "boxed", "think_boxed", "tool_trajectory")
-STAGE_NAMES = ("sft", "distill", "grpo")
-DISTILL_MODES = ("traces", "logits")
 
 
 @dataclass
-class RecipeArguments:
-    """What a recipe trains on and how it is scored. GRPO/optimiser settings live in GRPOConfig."""
+class TaskArguments:
+    """What the model is asked: the task, its data source and split, the prompt (grpo_recipes/tasks/,
+    docs/tasks.md)."""
 
-    # Task and data (grpo_recipes/tasks/registry.py, data.py)
     task: str | None = field(
         default=None,
         metadata={"help": "A task by name (tasks/*.py, `task_dirs`; docs/tasks.md): its data source, prompt, "
@@ -76,7 +74,6 @@ class RecipeArguments:
                           "correct calculator answer would score 0 there. The number dropped is logged. Read by the "
                           "task that knows its rows' expressions (task: arithmetic)."},
     )
-    # Prompt
     system_prompt: str | None = field(
         default=None,
         metadata={"help": "System message. null: the chat template's own (SmolLM2's default names the model, 16 "
@@ -91,7 +88,23 @@ class RecipeArguments:
                           "completion}; the user turn is prompt_template filled from the example. An example's "
                           "question must not be a held-out question."},
     )
-    # Rewards (grpo_recipes/rewards/registry.py): what they are, which one says solved, which one is the format's
+
+    def __post_init__(self) -> None:
+        self.gym_params = _json_field("gym_params", self.gym_params, dict) or {}
+        self.few_shot = _json_field("few_shot", self.few_shot, list) or []
+        for i, ex in enumerate(self.few_shot):
+            if not (isinstance(ex, dict) and isinstance(ex.get("question"), str) and isinstance(ex.get("completion"), str)):
+                raise ValueError(f"few_shot[{i}]: expected a mapping with string `question` and `completion`, got {ex!r}")
+        if isinstance(self.task_dirs, str):
+            self.task_dirs = [self.task_dirs]
+        _next_post_init(self, TaskArguments)
+
+
+@dataclass
+class RewardArguments:
+    """How completions are scored: the rewards, which one says solved, which one is the format's, and when a failing
+    reward stops the run (grpo_recipes/rewards/, docs/rewards.md)."""
+
     rewards: list | str | None = field(
         default=None, metadata={"help": "Rewards: list of {name, weight, params}; see `grpo-recipes rewards list`."}
     )
@@ -111,28 +124,27 @@ class RecipeArguments:
                           "(unset: the one configured reward registered with role='format', if exactly one; otherwise no "
                           "format rate, and the alert watches every reward but the correctness one)."},
     )
-    # Stages (grpo_recipes/stages/base.py)
-    stages: list | str | None = field(
-        default=None,
-        metadata={"help": "The run's stages, in order, each by TRL's own trainer: a list of {name, ...} with name "
-                          "`sft` (SFTTrainer on demonstration_field, sft_traces_path or sft_format targets), "
-                          "`distill` (a teacher's verified traces or its logits: docs/distillation.md) or `grpo`. "
-                          "The flat keys configure the last stage; an earlier stage takes the flat training "
-                          "settings its config shares (seed, logging, saving, precision; not the learning rate, "
-                          "schedule, batch size or steps) and its entry sets the rest, e.g. "
-                          "[{name: sft, max_steps: 24, learning_rate: 3e-5}, {name: grpo}]. Unset: [{name: grpo}]."},
+    max_reward_failure_rate: float = field(
+        default=0.1,
+        metadata={"help": "Stop the run when a reward raises on more than this share of the last "
+                          "reward_failure_window completions (1: never stop)."},
     )
-    # Model
-    model_cache_dir: str | None = field(
-        default=None,
-        metadata={"help": "Where the offline default model is converted to (default $GRPO_RECIPES_CACHE or ~/.cache)."},
+    reward_failure_window: int = field(
+        default=64, metadata={"help": "Completions over which each reward's failure rate is measured."}
     )
-    peft_learning_rate: float | None = field(
-        default=1.0e-4,
-        metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "
-                          "~10x a full fine-tune's); null keeps learning_rate."},
-    )
-    # Held-out evaluation (grpo_recipes/evaluation/heldout.py)
+
+    def __post_init__(self) -> None:
+        self.reward_specs = reward_specs(self.rewards)
+        if isinstance(self.reward_dirs, str):
+            self.reward_dirs = [self.reward_dirs]
+        _next_post_init(self, RewardArguments)
+
+
+@dataclass
+class EvalArguments:
+    """The held-out evaluation at the run's start, at each stage's end and every eval_every_steps
+    (grpo_recipes/evaluation/)."""
+
     eval_heldout: bool = field(
         default=True, metadata={"help": "Evaluate on the held-out split at train start, every eval_every_steps and at the end."}
     )
@@ -152,10 +164,14 @@ class RecipeArguments:
                                       "sampling passes (one sample per prompt each) hold this many rows, which bounds "
                                       "the evaluation's memory."}
     )
-    # GRPO features, each one module of grpo_recipes/grpo/features/ (its trainer code, checks and wiring)
-    # - diagnostics (features/diagnostics.py, diagnostics.py)
+
+
+@dataclass
+class FeatureArguments:
+    """The GRPO trainer's features, each one file of grpo_recipes/grpo/features/ (its checks, hooks, metrics and
+    alerts)."""
+
     diagnostics: bool = field(default=True, metadata={"help": "Log diag/* metrics for every generation batch."})
-    # - skip of equal-reward micro-batches (features/skip.py)
     skip_zero_advantage_batches: bool = field(
         default=False,
         metadata={"help": "Skip the forward and backward of a training micro-batch whose rows all come from groups "
@@ -165,7 +181,6 @@ class RecipeArguments:
                           "multi_objective_aggregation sum_then_normalize, no MoE router loss, and one process: "
                           "otherwise it is off, and the start-up log says why."},
     )
-    # - prompt sharing (features/sharing.py, prompt_sharing.py)
     share_prompt_forward: bool = field(
         default=False,
         metadata={"help": "In the loss, run each group's prompt forward and backward once for all of its "
@@ -184,7 +199,6 @@ class RecipeArguments:
                           "(cache_implementation is ignored). Off where it cannot work, and the start-up log says "
                           "why."},
     )
-    # - demonstrations (features/demonstrations.py; an sft stage's targets too)
     demonstration_field: str | None = field(
         default=None,
         metadata={"help": "A training-row column holding a correct completion (`worked_solution`: the arithmetic "
@@ -202,7 +216,6 @@ class RecipeArguments:
                           "none of whose completions solves its question (above). False keeps GRPO on-policy and "
                           "leaves the column to an sft stage (`stages`)."},
     )
-    # - dynamic sampling and the curriculum (features/sampling.py, sampling.py)
     dynamic_sampling: bool = field(
         default=False,
         metadata={"help": "After each generation batch is scored, replace its groups whose completions all scored "
@@ -237,7 +250,12 @@ class RecipeArguments:
         default=0.1, metadata={"help": "Curriculum: the chance that a shelved question is trained on anyway, so one "
                                        "the model could not solve is tried again now and then."}
     )
-    # - tools (features/tools.py, grpo_recipes/tools/registry.py, docs/agent.md)
+
+
+@dataclass
+class ToolArguments:
+    """Tool calls in multi-turn rollouts (grpo_recipes/tools/, docs/agent.md)."""
+
     tools: list | str | None = field(
         default=None,
         metadata={"help": "Tools the model may call: a list of {name, params} (or names); see tools/*.py. Turns on "
@@ -256,14 +274,50 @@ class RecipeArguments:
         metadata={"help": "Chat template for tool calls: `model` (the model's own; TRL must know how to parse it) or "
                           "`chatml_tools` (ChatML models without tool support, such as SmolLM2)."},
     )
-    # Budget (grpo_recipes/state/budget.py)
+
+    def __post_init__(self) -> None:
+        self.tools = _json_field("tools", self.tools, list) or []
+        if isinstance(self.environment, str) and self.environment.lstrip().startswith("{"):
+            self.environment = _json_field("environment", self.environment, dict)
+        if isinstance(self.tool_dirs, str):
+            self.tool_dirs = [self.tool_dirs]
+        _next_post_init(self, ToolArguments)
+
+    @property
+    def uses_tools(self) -> bool:
+        return bool(self.tools or self.environment)
+
+
+@dataclass
+class RunArguments:
+    """The run as a whole: its stages, the model's local copy, the CPU budget, resume, Trackio (grpo_recipes/run/,
+    state/; docs/reliability.md)."""
+
+    stages: list | str | None = field(
+        default=None,
+        metadata={"help": "The run's stages, in order, each by TRL's own trainer: a list of {name, ...} with name "
+                          "`sft` (SFTTrainer on demonstration_field, sft_traces_path or sft_format targets), "
+                          "`distill` (a teacher's verified traces or its logits: docs/distillation.md) or `grpo`. "
+                          "The flat keys configure the last stage; an earlier stage takes the flat training "
+                          "settings its config shares (seed, logging, saving, precision; not the learning rate, "
+                          "schedule, batch size or steps) and its entry sets the rest, e.g. "
+                          "[{name: sft, max_steps: 24, learning_rate: 3e-5}, {name: grpo}]. Unset: [{name: grpo}]."},
+    )
+    model_cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where the offline default model is converted to (default $GRPO_RECIPES_CACHE or ~/.cache)."},
+    )
+    peft_learning_rate: float | None = field(
+        default=1.0e-4,
+        metadata={"help": "Learning rate used instead of learning_rate when use_peft is true (LoRA adapters want "
+                          "~10x a full fine-tune's); null keeps learning_rate."},
+    )
     max_cpu_minutes: float | None = field(
         default=None,
         metadata={"help": "Stop training after this much CPU time spent in training steps (for fixed-budget "
                           "comparisons; held-out evaluation and checkpointing are not charged); the final save "
                           "and evaluation still run."},
     )
-    # Reliability (grpo_recipes/state/checkpoint.py, signals.py, tracking.py; docs/reliability.md)
     resume: bool = field(
         default=False,
         metadata={"help": "Continue from the latest complete checkpoint in output_dir, same Trackio run "
@@ -273,15 +327,6 @@ class RecipeArguments:
         default=False,
         metadata={"help": "Discard the checkpoints (and this run's Trackio metrics) an earlier run left in output_dir."},
     )
-    max_reward_failure_rate: float = field(
-        default=0.1,
-        metadata={"help": "Stop the run when a reward raises on more than this share of the last "
-                          "reward_failure_window completions (1: never stop)."},
-    )
-    reward_failure_window: int = field(
-        default=64, metadata={"help": "Completions over which each reward's failure rate is measured."}
-    )
-    # Tracking (grpo_recipes/state/tracking.py)
     trackio_dir: str | None = field(
         default=None, metadata={"help": "Local Trackio storage folder (default $TRACKIO_DIR or ~/.cache/huggingface/trackio)."}
     )
@@ -290,7 +335,23 @@ class RecipeArguments:
         metadata={"help": "Trackio run group, e.g. one sweep: the dashboard shows, hides and compares a group's runs "
                   "together. Needs report_to: trackio."},
     )
-    # Alerts (grpo_recipes/grpo/alerts.py; docs/reading_curves.md says what each one means)
+
+    def __post_init__(self) -> None:
+        self.stages = _json_field("stages", self.stages, list) or [{"name": "grpo"}]
+        for i, entry in enumerate(self.stages):
+            if isinstance(entry, str):
+                self.stages[i] = entry = {"name": entry}
+            if not (isinstance(entry, dict) and entry.get("name") in STAGE_CONFIGS):
+                raise ValueError(f"stages[{i}]: expected a mapping with `name` one of {', '.join(STAGE_CONFIGS)}, "
+                                 f"got {entry!r}")
+        _next_post_init(self, RunArguments)
+
+
+@dataclass
+class AlertArguments:
+    """The alerts on failure patterns and their thresholds (grpo_recipes/grpo/alerts.py; docs/reading_curves.md says
+    what each one means)."""
+
     alerts: bool = field(default=True, metadata={"help": "Raise alerts (log warning + Trackio alert) on failure patterns."})
     alert_patience: int = field(default=5, metadata={"help": "Alerts: consecutive bad logs before a sustained-failure alert."})
     alert_baseline_steps: int = field(
@@ -347,34 +408,26 @@ class RecipeArguments:
                                        "keeps less than this share of its samples (distill/acceptance_rate)."}
     )
 
-    def __post_init__(self) -> None:
-        self.gym_params = _json_field("gym_params", self.gym_params, dict) or {}
-        self.few_shot = _json_field("few_shot", self.few_shot, list) or []
-        for i, ex in enumerate(self.few_shot):
-            if not (isinstance(ex, dict) and isinstance(ex.get("question"), str) and isinstance(ex.get("completion"), str)):
-                raise ValueError(f"few_shot[{i}]: expected a mapping with string `question` and `completion`, got {ex!r}")
-        raw = _json_field("rewards", self.rewards, list)
-        self.reward_specs = [RewardSpec.parse(e, i) for i, e in enumerate(raw or [])]
-        if isinstance(self.reward_dirs, str):
-            self.reward_dirs = [self.reward_dirs]
-        self.tools = _json_field("tools", self.tools, list) or []
-        if isinstance(self.environment, str) and self.environment.lstrip().startswith("{"):
-            self.environment = _json_field("environment", self.environment, dict)
-        if isinstance(self.tool_dirs, str):
-            self.tool_dirs = [self.tool_dirs]
-        if isinstance(self.task_dirs, str):
-            self.task_dirs = [self.task_dirs]
-        self.stages = _json_field("stages", self.stages, list) or [{"name": "grpo"}]
-        for i, entry in enumerate(self.stages):
-            if isinstance(entry, str):
-                self.stages[i] = entry = {"name": entry}
-            if not (isinstance(entry, dict) and entry.get("name") in STAGE_NAMES):
-                raise ValueError(f"stages[{i}]: expected a mapping with `name` one of {', '.join(STAGE_NAMES)}, "
-                                 f"got {entry!r}")
 
-    @property
-    def uses_tools(self) -> bool:
-        return bool(self.tools or self.environment)
+@dataclass
+class RecipeArguments(AlertArguments, RunArguments, ToolArguments, FeatureArguments, EvalArguments, RewardArguments,
+                      TaskArguments):
+    """What a recipe trains on and how it is scored, by concern (the base classes, in `--help`'s order: task,
+    rewards, evaluation, GRPO features, tools, the run, alerts). GRPO/optimiser settings live in GRPOConfig. A YAML
+    config and the flags stay flat: every key is one field."""
+
+
+
+def _next_post_init(obj, cls: type) -> None:
+    """The next concern's normalisation, in RecipeArguments' order (each concern normalises its own fields)."""
+    nxt = getattr(super(cls, obj), "__post_init__", None)
+    if nxt is not None:
+        nxt()
+
+
+def reward_specs(rewards: Any) -> list[RewardSpec]:
+    """A `rewards` value (a list, or its JSON on the command line) -> its entries; ValueError naming a bad one."""
+    return [RewardSpec.parse(e, i) for i, e in enumerate(_json_field("rewards", rewards, list) or [])]
 
 
 def _json_field(name: str, value: Any, kind: type) -> Any:
@@ -479,3 +532,9 @@ class DistillLogitsConfig(DistillSettings, DistillationConfig):
     teacher_model_name_or_path is replaced by `teacher`."""
 
     mode: str = field(default="logits", metadata={"help": _MODE_HELP})
+
+
+# The stage names, each with its trainer's config (the one list of them; grpo_recipes/stages/ has a kind for each). A
+# distill stage's config is its mode's: TRL's SFTConfig for traces, DistillationConfig for logits.
+STAGE_CONFIGS: dict[str, type] = {"sft": SFTStageConfig, "distill": DistillTracesConfig, "grpo": GRPOConfig}
+DISTILL_CONFIGS: dict[str, type] = {"traces": DistillTracesConfig, "logits": DistillLogitsConfig}

@@ -10,19 +10,15 @@ output_dir, an earlier one into output_dir/stages/<n>-<name> (state/checkpoint.p
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from transformers import TrainingArguments
-from trl import GRPOConfig
 
 from ..state.checkpoint import stage_dir
-from ..values import choice_hint, did_you_mean
-from .schema import DISTILL_MODES, DistillLogitsConfig, DistillTracesConfig, SFTStageConfig
+from ..values import annotations, choice_hint, default, did_you_mean, init_fields
+from .schema import DISTILL_CONFIGS, STAGE_CONFIGS
 
-CONFIGS: dict[str, type] = {"sft": SFTStageConfig, "distill": DistillTracesConfig, "grpo": GRPOConfig}
-# A distill stage's config is its mode's: TRL's SFTConfig for traces, DistillationConfig for logits.
-DISTILL_CONFIGS: dict[str, type] = {"traces": DistillTracesConfig, "logits": DistillLogitsConfig}
 # What sizes and paces a stage is its own: GRPO's learning rate or batch would be wrong for supervised steps.
 INHERITED_NOT = frozenset({
     "output_dir", "logging_dir", "resume_from_checkpoint", "run_name", "max_steps", "num_train_epochs",
@@ -53,25 +49,25 @@ def final_stage(config: dict[str, Any], argv: list[str]) -> str:
             return "grpo"
     last = raw[-1] if isinstance(raw, list) and raw else None
     name = last.get("name") if isinstance(last, dict) else last
-    return name if name in CONFIGS else "grpo"
+    return name if name in STAGE_CONFIGS else "grpo"
 
 
 def config_class(name: str, mode: Any = None) -> type | None:
     """A stage's training config class; a distill stage's by its `mode` (None: an unknown mode)."""
     if name == "distill":
         return DISTILL_CONFIGS.get("traces" if mode is None else mode)
-    return CONFIGS[name]
+    return STAGE_CONFIGS[name]
 
 
 def final_config(config: dict[str, Any], argv: list[str]) -> type:
     """The flat keys' training config class: the last stage's (a distill stage's by the flat `mode`)."""
     name = final_stage(config, argv)
-    return config_class(name, _raw(config, argv, "mode")) or CONFIGS[name]
+    return config_class(name, _raw(config, argv, "mode")) or STAGE_CONFIGS[name]
 
 
-@dataclass
-class StagePlan:
-    """One stage of a run: its name, position, training config and the folder it trains into."""
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of a run as configured: its name, position and training config (which names its folder)."""
 
     name: str
     index: int  # 0-based
@@ -96,37 +92,23 @@ def _coerce(value: Any, annotation: str) -> Any:
     return value
 
 
-def _annotations(cls: type) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        for name, annotation in vars(klass).get("__annotations__", {}).items():
-            out[name] = annotation if isinstance(annotation, str) else str(annotation)
-    return out
-
-
-def _default(f) -> Any:
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is not MISSING:
-        return f.default_factory()
-    return MISSING
-
-
 def inherited(top: Any, cls: type) -> dict[str, Any]:
     """The flat training settings an earlier stage of config class `cls` takes over (see the module docstring)."""
-    shared = {f.name for f in fields(TrainingArguments) if f.init} & {f.name for f in fields(cls) if f.init}
+    shared = set(init_fields(TrainingArguments)) & set(init_fields(cls))
     out = {}
     for f in fields(type(top)):
         if f.name in shared and f.name not in INHERITED_NOT:
             value = getattr(top, f.name)
-            if value != _default(f):
+            if value != default(f):
                 out[f.name] = value
     return out
 
 
-def plan_stages(recipe, training) -> tuple[list[StagePlan], list[str]]:
+def plan_stages(recipe, training, teacher_loading: dict | None = None) -> tuple[list[StageSpec], list[str]]:
     """(the run's stages with their training configs, problems). `training` is the flat keys' config, the last
-    stage's; an earlier stage's config is built from its entry over what it inherits. Loads nothing."""
+    stage's; an earlier stage's config is built from its entry over what it inherits, in its own folder, under the run's
+    Trackio project and run name (one run); a logits distill stage's teacher loads as `teacher_loading` says unless
+    its entry says otherwise. Loads nothing."""
     entries, problems, plans = recipe.stages, [], []
     for i, entry in enumerate(entries):
         name, settings = entry["name"], {k: v for k, v in entry.items() if k != "name"}
@@ -138,20 +120,20 @@ def plan_stages(recipe, training) -> tuple[list[StagePlan], list[str]]:
             mode = getattr(training, "mode", None)
             cls = config_class(name, mode)
             if cls is None:
-                problems.append(f"mode: '{mode}' is not one of {', '.join(DISTILL_MODES)}"
-                                f"{choice_hint(mode, DISTILL_MODES)}")
+                problems.append(f"mode: '{mode}' is not one of {', '.join(DISTILL_CONFIGS)}"
+                                f"{choice_hint(mode, DISTILL_CONFIGS)}")
             elif type(training) is not cls:
                 problems.append(f"stages[{i}]: the flat keys were read as {type(training).__name__}, not the "
                                 f"{name} stage's {cls.__name__}")
-            plans.append(StagePlan(name, i, training, True))
+            plans.append(StageSpec(name, i, training, True))
             continue
         cls = config_class(name, settings.get("mode"))
         if cls is None:
             mode = settings["mode"]
-            problems.append(f"stages[{i}].mode: '{mode}' is not one of {', '.join(DISTILL_MODES)}"
-                            f"{choice_hint(str(mode), DISTILL_MODES)}")
+            problems.append(f"stages[{i}].mode: '{mode}' is not one of {', '.join(DISTILL_CONFIGS)}"
+                            f"{choice_hint(str(mode), DISTILL_CONFIGS)}")
             continue
-        known = {f.name for f in fields(cls) if f.init}
+        known = set(init_fields(cls))
         unknown = [k for k in settings if k not in known]
         kind = f"{name} stage (mode {settings.get('mode', 'traces')})" if name == "distill" else f"{name} stage"
         for k in unknown:
@@ -160,9 +142,14 @@ def plan_stages(recipe, training) -> tuple[list[StagePlan], list[str]]:
             problems.append(f"stages[{i}].{k}: unknown setting of the {kind}; {hint}")
         if unknown:
             continue
-        types_ = _annotations(cls)
-        values = {**inherited(training, cls), **{k: _coerce(v, types_.get(k, "")) for k, v in settings.items()}}
-        values["output_dir"] = str(stage_dir(training.output_dir, i, name))
+        types_ = annotations(cls)
+        values = {**inherited(training, cls), **{k: _coerce(v, types_.get(k, "")) for k, v in settings.items()},
+                  "output_dir": str(stage_dir(training.output_dir, i, name)), "project": training.project,
+                  "run_name": training.run_name}
+        if "model_init_kwargs" in known and hasattr(training, "model_init_kwargs"):  # TRL's, not TrainingArguments'
+            values.setdefault("model_init_kwargs", training.model_init_kwargs)  # the model loads alike in every stage
+        if "teacher_model_init_kwargs" in known and teacher_loading is not None:
+            values.setdefault("teacher_model_init_kwargs", teacher_loading)
         try:
             cfg = cls(**values)
         except (ValueError, TypeError) as exc:
@@ -172,14 +159,8 @@ def plan_stages(recipe, training) -> tuple[list[StagePlan], list[str]]:
             problems.append(f"stages[{i}].max_steps: an earlier stage needs a number of steps >= 1, got "
                             f"{cfg.max_steps}; set it in the stage's entry")
             continue
-        plans.append(StagePlan(name, i, cfg, False))
+        plans.append(StageSpec(name, i, cfg, False))
     names = [e["name"] for e in entries]
     if names.count("grpo") > 1:
         problems.append("stages: one grpo stage per run; run a second as its own recipe from this one's output")
     return plans, problems
-
-
-def name_stages(plans: list[StagePlan], training) -> None:
-    """The Trackio project and run name the last stage was given, for every stage: one run."""
-    for p in plans:
-        p.training.project, p.training.run_name = training.project, training.run_name

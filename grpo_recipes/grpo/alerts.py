@@ -12,47 +12,14 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
-from ..config.schema import RecipeArguments
+from ..config.schema import AlertArguments
 from ..state import tracking
 
 logger = logging.getLogger("grpo_recipes.grpo.alerts")
-
-
-def _recipe_field(name: str):
-    """The default and help of RecipeArguments.alert_<name>: config.py is the one place thresholds are defined."""
-    f = next(f for f in fields(RecipeArguments) if f.name == f"alert_{name}")
-    return field(default=f.default, metadata=f.metadata)
-
-
-@dataclass
-class AlertConfig:
-    """Thresholds; each field mirrors RecipeArguments.alert_<field> (defaults and help in config.py)."""
-
-    patience: int = _recipe_field("patience")
-    baseline_steps: int = _recipe_field("baseline_steps")
-    entropy_floor: float = _recipe_field("entropy_floor")
-    entropy_collapse_frac: float = _recipe_field("entropy_collapse_frac")
-    entropy_blowup_factor: float = _recipe_field("entropy_blowup_factor")
-    zero_std_frac: float = _recipe_field("zero_std_frac")
-    format_saturation: float = _recipe_field("format_saturation")
-    correctness_gain: float = _recipe_field("correctness_gain")
-    train_rise: float = _recipe_field("train_rise")
-    eval_drop: float = _recipe_field("eval_drop")
-    length_collapse_frac: float = _recipe_field("length_collapse_frac")
-    clipped_ratio: float = _recipe_field("clipped_ratio")
-    clip_ratio_min: float = _recipe_field("clip_ratio_min")
-    clip_spike_factor: float = _recipe_field("clip_spike_factor")
-    tools_abandoned_frac: float = _recipe_field("tools_abandoned_frac")
-    tool_result_used_min: float = _recipe_field("tool_result_used_min")
-    teacher_acceptance: float = _recipe_field("teacher_acceptance")
-
-    @classmethod
-    def from_recipe(cls, recipe) -> AlertConfig:
-        return cls(**{f.name: getattr(recipe, f"alert_{f.name}") for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -78,9 +45,9 @@ class Detector:
     title = ""
     advice = ""
 
-    def __init__(self, cfg: AlertConfig, patience: int | None = None):
+    def __init__(self, cfg: AlertArguments, patience: int | None = None):
         self.cfg = cfg
-        self.patience = cfg.patience if patience is None else patience
+        self.patience = cfg.alert_patience if patience is None else patience
         self._streak = 0
         self._fired = False
 
@@ -127,7 +94,7 @@ class EntropyCollapse(Detector):
 
     def __init__(self, cfg, patience=None):
         super().__init__(cfg, patience)
-        self.baseline = Baseline(cfg.baseline_steps)
+        self.baseline = Baseline(cfg.alert_baseline_steps)
 
     def observe(self, metrics):
         e = _value(metrics, "entropy")
@@ -136,7 +103,7 @@ class EntropyCollapse(Detector):
         base = self.baseline.feed(e)
         if base is None:
             return MISSING
-        limit = max(self.cfg.entropy_floor, self.cfg.entropy_collapse_frac * base)
+        limit = max(self.cfg.alert_entropy_floor, self.cfg.alert_entropy_collapse_frac * base)
         return f"entropy {e:.4f} < {limit:.4f} (baseline {base:.4f})" if e < limit else None
 
 
@@ -149,7 +116,7 @@ class EntropyBlowup(Detector):
 
     def __init__(self, cfg, patience=None):
         super().__init__(cfg, patience)
-        self.baseline = Baseline(cfg.baseline_steps)
+        self.baseline = Baseline(cfg.alert_baseline_steps)
 
     def observe(self, metrics):
         e = _value(metrics, "entropy")
@@ -158,7 +125,7 @@ class EntropyBlowup(Detector):
         base = self.baseline.feed(e)
         if base is None:
             return MISSING
-        limit = self.cfg.entropy_blowup_factor * max(base, self.MIN_BASE)
+        limit = self.cfg.alert_entropy_blowup_factor * max(base, self.MIN_BASE)
         return f"entropy {e:.3f} > {limit:.3f} (baseline {base:.3f})" if e > limit else None
 
 
@@ -175,7 +142,7 @@ class NoLearningSignal(Detector):
         z = _value(metrics, key)
         if z is None:
             return MISSING
-        return f"{key} {z:.2f} >= {self.cfg.zero_std_frac}" if z >= self.cfg.zero_std_frac else None
+        return f"{key} {z:.2f} >= {self.cfg.alert_zero_std_frac}" if z >= self.cfg.alert_zero_std_frac else None
 
 
 class FormatHacking(Detector):
@@ -188,8 +155,8 @@ class FormatHacking(Detector):
     def __init__(self, cfg, correctness: str, watched: list[str], patience=None):
         super().__init__(cfg, patience)
         self.correctness, self.watched = correctness, list(watched)
-        self.baseline = Baseline(cfg.baseline_steps)
-        self.recent = deque(maxlen=max(cfg.baseline_steps, 1))  # smooths the noisy per-step correctness
+        self.baseline = Baseline(cfg.alert_baseline_steps)
+        self.recent = deque(maxlen=max(cfg.alert_baseline_steps, 1))  # smooths the noisy per-step correctness
 
     def observe(self, metrics):
         c = _value(metrics, f"rewards/{self.correctness}/mean")
@@ -201,9 +168,9 @@ class FormatHacking(Detector):
         if base is None:
             return MISSING
         now = sum(self.recent) / len(self.recent)
-        saturated = [f"{n}={v:.2f}" for n, v in formats.items() if v >= self.cfg.format_saturation]
+        saturated = [f"{n}={v:.2f}" for n, v in formats.items() if v >= self.cfg.alert_format_saturation]
         # Both saturated is success, not hacking: only a correctness below the saturation level can be "flat".
-        flat = now - base < self.cfg.correctness_gain and now < self.cfg.format_saturation
+        flat = now - base < self.cfg.alert_correctness_gain and now < self.cfg.alert_format_saturation
         if saturated and flat:
             return f"{', '.join(saturated)} while {self.correctness} is {now:.2f} (baseline {base:.2f})"
         return None
@@ -229,12 +196,12 @@ class TrainUpEvalDown(Detector):
         if ev is None:
             return MISSING
         best, self.best_eval = self.best_eval, ev if self.best_eval is None else max(self.best_eval, ev)
-        n = max(self.cfg.baseline_steps, 1)
+        n = max(self.cfg.alert_baseline_steps, 1)
         if best is None or len(self.rewards) < 2 * n:  # first n rewards: baseline; last n: now, no overlap
             return None
         rise = sum(self.rewards[-n:]) / n - sum(self.rewards[:n]) / n
         drop = best - ev
-        if rise >= self.cfg.train_rise and drop >= self.cfg.eval_drop:
+        if rise >= self.cfg.alert_train_rise and drop >= self.cfg.alert_eval_drop:
             return (f"train reward +{rise:.3f} over its baseline while held-out pass@1 {ev:.3f} is {drop:.3f} "
                     "below its best")
         return None
@@ -247,7 +214,7 @@ class LengthCollapse(Detector):
 
     def __init__(self, cfg, patience=None):
         super().__init__(cfg, patience)
-        self.baseline = Baseline(cfg.baseline_steps)
+        self.baseline = Baseline(cfg.alert_baseline_steps)
 
     def observe(self, metrics):
         n = _value(metrics, "completions/mean_length")
@@ -256,7 +223,7 @@ class LengthCollapse(Detector):
         base = self.baseline.feed(n)
         if base is None:
             return MISSING
-        limit = self.cfg.length_collapse_frac * base
+        limit = self.cfg.alert_length_collapse_frac * base
         return f"mean length {n:.1f} < {limit:.1f} (baseline {base:.1f})" if n < limit else None
 
 
@@ -269,7 +236,7 @@ class LengthAtLimit(Detector):
         c = _value(metrics, "completions/clipped_ratio")
         if c is None:
             return MISSING
-        return f"clipped_ratio {c:.2f} >= {self.cfg.clipped_ratio}" if c >= self.cfg.clipped_ratio else None
+        return f"clipped_ratio {c:.2f} >= {self.cfg.alert_clipped_ratio}" if c >= self.cfg.alert_clipped_ratio else None
 
 
 class ClipRatioSpike(Detector):
@@ -287,13 +254,13 @@ class ClipRatioSpike(Detector):
             return MISSING
         history = list(self.history)
         self.history.append(c)
-        if len(history) < self.cfg.baseline_steps:
+        if len(history) < self.cfg.alert_baseline_steps:
             return MISSING
-        limit = max(self.cfg.clip_ratio_min, self.cfg.clip_spike_factor * statistics.median(history))
+        limit = max(self.cfg.alert_clip_ratio_min, self.cfg.alert_clip_spike_factor * statistics.median(history))
         return f"clip_ratio/region_mean {c:.3f} > {limit:.3f}" if c > limit else None
 
 
-def default_detectors(cfg: AlertConfig, reward_names: list[str], correctness: str, format_reward: str | None):
+def default_detectors(cfg: AlertArguments, reward_names: list[str], correctness: str, format_reward: str | None):
     """All detectors. Format hacking watches `format_reward`, or every non-correctness reward when none is named."""
     watched = [format_reward] if format_reward else [n for n in reward_names if n != correctness]
     detectors = [EntropyCollapse(cfg), EntropyBlowup(cfg), NoLearningSignal(cfg), TrainUpEvalDown(cfg),

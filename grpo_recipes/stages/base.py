@@ -7,44 +7,43 @@ from __future__ import annotations
 
 from transformers import AutoTokenizer
 
-from ..config.stages import StagePlan
+from ..config.stages import StageSpec
 from ..errors import ConfigError
 from ..tools.templates import ToolTemplateError, prepare_tokenizer
 
 
 class Stage:
-    """What one kind of stage does (grpo_stage.GRPOStage, sft.SFTStage, distill.py's): its dataset, its TRL trainer and
-    what it does around training. One instance serves one stage of one run (`plan`), so it may keep state between its
+    """What one kind of stage does (grpo.GRPOStage, sft.SFTStage, distill.py's): its dataset, its TRL trainer and what
+    it does around training. One instance serves one stage of one run (`spec`), so it may keep state between its
     hooks."""
 
     name = ""
 
-    def __init__(self, plan: StagePlan | None = None):
-        self.plan = plan
+    def __init__(self, spec: StageSpec):
+        self.spec = spec
         self.offset = 0  # the run's steps before this stage (set by the runner when the stage starts)
+
+    def where(self) -> str:
+        """What this stage's messages start with: nothing for the last stage (the flat keys), `stages[i] (name): `
+        for an earlier one (its entry)."""
+        return "" if self.spec.last else f"stages[{self.spec.index}] ({self.name}): "
 
     def dataset(self, run):
         """The stage's training dataset, built from the run's training rows."""
         return run.train
 
-    def run_label(self, training) -> list[str]:
-        """The settings a derived run name shows, after the recipe and model names."""
-        return [f"lr{training.learning_rate:g}", f"seed{training.seed}"]
-
     def describe(self, run) -> str:
         return f"{self.name}: {len(run.train)} train rows"
 
-    def problems(self, recipe, model_args=None) -> list[str]:
-        """The start-up problems of what this kind of stage adds (its features' settings); loads no weights
-        (`model_args`: the run's model, for a check that reads its tokenizer)."""
+    def problems(self, config) -> list[str]:
+        """The start-up problems of what this kind of stage needs of the resolved config (config/resolve.Config): the
+        recipe's settings it reads, its features'. Loads no weights. The values of its own training config are
+        config/checks.py's."""
         return []
 
-    def data_problems(self, recipe, train) -> list[str]:
+    def data_problems(self, config, train) -> list[str]:
         """Those that only the loaded training rows show."""
         return []
-
-    def configure(self, run) -> None:
-        """Last settings on the stage's training config once the rewards are compiled."""
 
     def make_trainer(self, run, model_path: str):
         raise NotImplementedError(f"{type(self).__name__}.make_trainer")

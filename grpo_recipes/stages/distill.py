@@ -39,7 +39,7 @@ from trl import DistillationTrainer, get_peft_config
 from .. import bundled
 from ..config.files import read_yaml
 from ..config.schema import DistillLogitsConfig
-from ..config.stages import StagePlan
+from ..config.stages import StageSpec
 from ..errors import ConfigError
 from ..evaluation.heldout import (
     EvalSettings,
@@ -54,7 +54,7 @@ from ..evaluation.heldout import (
     scored_records,
     summarise,
 )
-from ..grpo.alerts import MISSING, AlertCallback, AlertConfig, Detector, _value
+from ..grpo.alerts import MISSING, AlertCallback, Detector, _value
 from ..rewards import registry
 from ..state import budget, models
 from ..state.budget import StepClock
@@ -88,14 +88,14 @@ def teacher_stage(teacher: str, entries: list[dict], index: int) -> tuple[int | 
     return None, f"teacher: {teacher} {why} (this is stages[{index}]; earlier: {listed})"
 
 
-def teacher_path(run, plan: StagePlan) -> str:
+def teacher_path(run, spec: StageSpec) -> str:
     """The teacher's local folder: an earlier stage's, or the model resolved as the student's is (models.py)."""
-    n, _ = teacher_stage(plan.training.teacher, run.recipe.stages, plan.index)
+    n, _ = teacher_stage(spec.training.teacher, run.recipe.stages, spec.index)
     if n is not None:
         return str(stage_dir(run.training.output_dir, n, run.recipe.stages[n]["name"]))
     with PartialState().main_process_first():
-        path, source = models.resolve_model(plan.training.teacher, run.recipe.model_cache_dir)
-    logger.info("teacher %s from %s (%s)", plan.training.teacher, source, path)
+        path, source = models.resolve_model(spec.training.teacher, run.recipe.model_cache_dir)
+    logger.info("teacher %s from %s (%s)", spec.training.teacher, source, path)
     return path
 
 
@@ -454,18 +454,13 @@ class DistillStage(Stage):
 
     name = "distill"
 
-    def where(self) -> str:
-        return "" if self.plan.last else f"stages[{self.plan.index}] (distill): "
-
-    def problems(self, recipe, model_args=None) -> list[str]:
-        cfg = self.plan.training
-        out = teacher_problems(cfg, self.plan.index, recipe)
+    def problems(self, config) -> list[str]:
+        recipe, cfg = config.recipe, self.spec.training
+        out = teacher_problems(cfg, self.spec.index, recipe)
         if recipe.uses_tools:
             out.append("tools: a distill stage samples and trains single completions, not tool episodes; drop the "
                        "stage or the tools")
-        if not cfg.learning_rate > 0:
-            out.append(f"learning_rate: {cfg.learning_rate:g}; it must be > 0")
-        out += self.mode_problems(recipe, model_args, settled=not out)
+        out += self.mode_problems(recipe, config.model, settled=not out and cfg.learning_rate > 0)
         return [self.where() + m for m in out]
 
     def mode_problems(self, recipe, model_args, settled: bool) -> list[str]:
@@ -474,13 +469,13 @@ class DistillStage(Stage):
 
     def start(self, run) -> None:
         """On the main process: a fresh stage starts its files over, a resumed one keeps them."""
-        folder = Path(self.plan.training.output_dir)
+        folder = Path(self.spec.training.output_dir)
         if PartialState().is_main_process:
             folder.mkdir(parents=True, exist_ok=True)
             if not run.recipe.resume:
                 (folder / SUMMARY).unlink(missing_ok=True)
             if not read_summary(folder):
-                write_summary(folder, {"mode": self.plan.training.mode, "teacher": self.plan.training.teacher})
+                write_summary(folder, {"mode": self.spec.training.mode, "teacher": self.spec.training.teacher})
         PartialState().wait_for_everyone()
 
     def callbacks(self, trainer, run) -> list:
@@ -490,11 +485,8 @@ class DistillStage(Stage):
 class TracesStage(DistillStage, SFTStage):
     """Mode traces: the teacher's verified samples (TraceStore), then SFTStage's SFTTrainer on them."""
 
-    def run_label(self, cfg) -> list[str]:
-        return ["distill-traces", f"lr{cfg.learning_rate:g}", f"seed{cfg.seed}"]
-
     def describe(self, run) -> str:
-        cfg = self.plan.training
+        cfg = self.spec.training
         prompts = min(cfg.teacher_prompts or len(run.train), len(run.train))
         return (f"distill (traces): {prompts} training prompts x {cfg.teacher_samples} samples of {cfg.teacher}, "
                 f"kept by {reward_roles(run.recipe, run.funcs)[0].__name__}, then {cfg.max_steps} sft steps of "
@@ -502,7 +494,7 @@ class TracesStage(DistillStage, SFTStage):
                 f"{cfg.learning_rate:g}")
 
     def mode_problems(self, recipe, model_args, settled: bool) -> list[str]:
-        cfg = self.plan.training
+        cfg = self.spec.training
         out = [f"{name}: must be >= 1, got {getattr(cfg, name)}" for name in
                ("teacher_samples", "teacher_max_new_tokens", "teacher_batch_size") if getattr(cfg, name) < 1]
         if cfg.teacher_prompts is not None and cfg.teacher_prompts < 1:
@@ -511,7 +503,7 @@ class TracesStage(DistillStage, SFTStage):
             out.append(f"teacher_temperature: {cfg.teacher_temperature:g}; sampling needs a temperature > 0")
         if cfg.nll_traces < 0:
             out.append(f"nll_traces: must be >= 0 (0: not measured), got {cfg.nll_traces}")
-        if self.plan.last and recipe.eval_heldout and recipe.eval_max_new_tokens is None:
+        if self.spec.last and recipe.eval_heldout and recipe.eval_max_new_tokens is None:
             out.append("eval_max_new_tokens: a run that ends with a traces distill stage has no "
                        "max_completion_length to evaluate with; set it, or eval_heldout: false")
         if cfg.use_vllm and settled:  # the server check waits: only for an otherwise sound entry
@@ -523,14 +515,15 @@ class TracesStage(DistillStage, SFTStage):
                            f"{cfg.vllm_server_port}`, or set use_vllm: false")
         return out
 
-    def data_problems(self, recipe, train) -> list[str]:
+    def data_problems(self, config, train) -> list[str]:
         # The verifier reads the training rows' columns here (the held-out rows' elsewhere).
+        recipe = config.recipe
         known = registry.available(recipe.reward_dirs or ())
         return [self.where() + m for m in registry.check_specs(recipe.reward_specs, known, columns=train.column_names)]
 
     @property
     def store(self) -> TraceStore:
-        return TraceStore(self.plan.training.output_dir)
+        return TraceStore(self.spec.training.output_dir)
 
     def make_trainer(self, run, model_path: str):
         self.start(run)
@@ -539,7 +532,7 @@ class TracesStage(DistillStage, SFTStage):
 
     def sample(self, run) -> None:
         """Sample the prompts not yet in the store (and evaluate the teacher once), then free the teacher."""
-        cfg, store, state = self.plan.training, self.store, PartialState()
+        cfg, store, state = self.spec.training, self.store, PartialState()
         if state.is_main_process:
             if not run.recipe.resume:
                 store.reset()
@@ -560,7 +553,7 @@ class TracesStage(DistillStage, SFTStage):
             logger.info("distill: resuming: %d of %d prompts already sampled", len(done), len(rows))
         if not (todo or evaluate_teacher):
             return
-        path = teacher_path(run, self.plan)
+        path = teacher_path(run, self.spec)
         clock, wall = budget.cpu_seconds(), time.perf_counter()
         teacher = ServerTeacher(cfg, run.recipe.model_cache_dir) if cfg.use_vllm else \
             LocalTeacher.load(path, run.model_args.dtype)
@@ -599,7 +592,7 @@ class TracesStage(DistillStage, SFTStage):
                                    "completion": [{"role": "assistant", "content": t["completion"]}]} for t in traces])
 
     def callbacks(self, trainer, run) -> list:
-        alerts = [AlertCallback([TeacherAcceptance(AlertConfig.from_recipe(run.recipe))])] if run.recipe.alerts else []
+        alerts = [AlertCallback([TeacherAcceptance(run.recipe)])] if run.recipe.alerts else []
         return super().callbacks(trainer, run) + alerts
 
 
@@ -608,24 +601,21 @@ class LogitsStage(DistillStage):
 
     before_save = SFTStage.before_save  # a LoRA adapter is merged: the next stage loads a full model folder
 
-    def run_label(self, cfg) -> list[str]:
-        return ["distill-logits", f"beta{cfg.beta:g}", f"lr{cfg.learning_rate:g}", f"seed{cfg.seed}"]
-
     def describe(self, run) -> str:
-        cfg = self.plan.training
+        cfg = self.spec.training
         return (f"distill (logits): {cfg.max_steps} steps of TRL's DistillationTrainer from {cfg.teacher} (on-policy, "
                 f"beta {cfg.beta:g}, completions of up to {cfg.max_completion_length} tokens), {len(run.train)} train "
                 "prompts")
 
     def mode_problems(self, recipe, model_args, settled: bool) -> list[str]:
-        cfg = self.plan.training
+        cfg = self.spec.training
         out = []
         if cfg.teacher_model_name_or_path:
             out.append("teacher_model_name_or_path: the distill stage's teacher is `teacher`; move the value there")
         if cfg.use_vllm and not torch.cuda.is_available():
             out.append("use_vllm: TRL's DistillationTrainer generates with vLLM on GPUs only here; set use_vllm: "
                        "false on CPU")
-        n, _ = teacher_stage(cfg.teacher or "", recipe.stages, self.plan.index)
+        n, _ = teacher_stage(cfg.teacher or "", recipe.stages, self.spec.index)
         if settled and n is None and model_args is not None:  # an earlier stage has the student's tokenizer
             problem = vocabulary_problem(model_args.model_name_or_path, cfg.teacher, recipe.model_cache_dir)
             out += [problem] if problem else []
@@ -633,16 +623,14 @@ class LogitsStage(DistillStage):
 
     def make_trainer(self, run, model_path: str):
         self.start(run)
-        cfg = self.plan.training
-        if cfg.teacher_model_init_kwargs is None:  # the student's dtype (ModelConfig), not TRL's unset one
-            cfg.teacher_model_init_kwargs = {"dtype": run.model_args.dtype or "float32"}
-        return DistillationTrainer(model=model_path, teacher_model=teacher_path(run, self.plan), args=cfg,
+        cfg = self.spec.training
+        return DistillationTrainer(model=model_path, teacher_model=teacher_path(run, self.spec), args=cfg,
                                    train_dataset=run.train, peft_config=get_peft_config(run.model_args))
 
 
-def distill_stage(plan: StagePlan) -> DistillStage:
+def distill_stage(spec: StageSpec) -> DistillStage:
     """The stage of a distill entry, by its mode."""
-    return (LogitsStage if isinstance(plan.training, DistillLogitsConfig) else TracesStage)(plan)
+    return (LogitsStage if isinstance(spec.training, DistillLogitsConfig) else TracesStage)(spec)
 
 
 class DistillCallback(StepClock):
@@ -655,13 +643,13 @@ class DistillCallback(StepClock):
     def __init__(self, trainer, stage: DistillStage, run):
         super().__init__()
         self.trainer, self.stage, self.run = trainer, stage, run
-        self.folder = stage.plan.training.output_dir
+        self.folder = stage.spec.training.output_dir
 
     def _log(self, logs: dict) -> None:
         Trainer.log(self.trainer, logs)  # not the trainer's own log: that would flush its pending training metrics
 
     def _nll(self) -> float | None:
-        cfg = self.stage.plan.training
+        cfg = self.stage.spec.training
         if not isinstance(self.stage, TracesStage) or not cfg.nll_traces:
             return None
         state = PartialState()
@@ -749,7 +737,7 @@ class TeacherAcceptance(Detector):
         rate = _value(metrics, "distill/acceptance_rate")
         if rate is None:
             return MISSING
-        if rate < self.cfg.teacher_acceptance:
+        if rate < self.cfg.alert_teacher_acceptance:
             return f"the verifier kept {rate:.0%} of the teacher's samples (alert below " \
-                   f"{self.cfg.teacher_acceptance:.0%})"
+                   f"{self.cfg.alert_teacher_acceptance:.0%})"
         return None

@@ -1,12 +1,13 @@
-"""The `grpo` stage: the GRPO trainer (trainer.RecipeTrainer) on the run's training rows, with its features and
-alerts. FEATURES lists the trainer's features (grpo_recipes/grpo/features/), in the order the trainer hands them each hook:
-each is built from the recipe (`from_recipe`) and checks its own settings (`problems`, `data_problems`)."""
+"""The `grpo` stage: the GRPO trainer (grpo/trainer.RecipeTrainer) on the run's training rows, with its features and
+alerts. FEATURES lists the trainer's features (grpo_recipes/grpo/features/), in the order the trainer hands them each
+hook: each is built from the recipe (`from_recipe`), checks its own settings (`problems`, `data_problems`) and names
+the alerts that watch its metrics (`detectors`)."""
 
 from __future__ import annotations
 
 from trl import get_peft_config
 
-from ..grpo.alerts import AlertCallback, AlertConfig, default_detectors
+from ..grpo.alerts import AlertCallback, default_detectors
 from ..grpo.features.demonstrations import Demonstrations
 from ..grpo.features.diagnostics import Diagnostics
 from ..grpo.features.prefill import PromptPrefill
@@ -30,34 +31,36 @@ class GRPOStage(Stage):
 
     name = "grpo"
 
-    def run_label(self, training) -> list[str]:
-        """The settings a derived run name shows, after the recipe and model names."""
-        eps = f"{training.epsilon:g}" + (f"-{training.epsilon_high:g}" if training.epsilon_high else "")
-        return [f"lr{training.learning_rate:g}", f"eps{eps}", f"beta{training.beta:g}", f"seed{training.seed}"]
-
     def describe(self, run) -> str:
         held_out = len(run.held_out) if run.held_out is not None else 0
         return f"grpo: {len(run.train)} train rows, {held_out} held-out rows"
 
-    def problems(self, recipe, model_args=None) -> list[str]:
-        return [m for f in FEATURES for m in f.problems(recipe, self.plan.training)]
+    def problems(self, config) -> list[str]:
+        return [m for f in FEATURES for m in f.problems(config.recipe, self.spec.training)]
 
-    def data_problems(self, recipe, train) -> list[str]:
-        return [m for f in FEATURES for m in f.data_problems(recipe, self.plan.training, train)]
-
-    def configure(self, run) -> None:
-        """Last settings on the stage's training config once the rewards are compiled."""
-        self.plan.training.reward_weights = [s.weight for s in run.recipe.reward_specs]
+    def data_problems(self, config, train) -> list[str]:
+        """The features' and one generation batch's: TRL's RepeatSampler drops an incomplete last group of prompts,
+        so with fewer distinct training prompts than one generation batch needs it yields no batch at all and
+        training stops at step 0 without an error."""
+        grpo = self.spec.training
+        out = [m for f in FEATURES for m in f.data_problems(config.recipe, grpo, train)]
+        prompts = grpo.generation_batch_size // grpo.num_generations
+        if len(train) < prompts:
+            out.append(f"train_size: the dataset has {len(train)} training rows, but one generation batch needs "
+                       f"{prompts} distinct prompts (generation_batch_size {grpo.generation_batch_size} / "
+                       f"num_generations {grpo.num_generations}). Fix: more training rows, or a smaller "
+                       "per_device_train_batch_size")
+        return out
 
     def make_trainer(self, run, model_path: str):
         names = [f.__name__ for f in run.funcs]
         return RecipeTrainer(
             model=model_path,
             reward_funcs=run.funcs,
-            args=self.plan.training,
+            args=self.spec.training,
             train_dataset=self.dataset(run),
             peft_config=get_peft_config(run.model_args),
-            features=[f.from_recipe(run.recipe, self.plan.training, names) for f in FEATURES],
+            features=[f.from_recipe(run.recipe, self.spec.training, names) for f in FEATURES],
             **tool_kwargs(run.recipe, model_path),
         )
 
@@ -68,9 +71,8 @@ class GRPOStage(Stage):
             return []
         names = [f.__name__ for f in run.funcs]
         correctness = names[correctness_index(names, recipe.correctness_reward)]
-        cfg = AlertConfig.from_recipe(recipe)
-        detectors = default_detectors(cfg, names, correctness, recipe.format_reward)
-        detectors += [d for f in FEATURES for d in f.detectors(recipe, cfg)]
+        detectors = default_detectors(recipe, names, correctness, recipe.format_reward)
+        detectors += [d for f in FEATURES for d in f.detectors(recipe)]
         return [AlertCallback(detectors)]
 
 
@@ -79,7 +81,6 @@ def tool_kwargs(recipe, model_path: str) -> dict:
     the model is resolved and before its weights load; names and params were checked at start-up (checks.py)."""
     if not recipe.uses_tools:
         return {}
-    known = tools.available(recipe.tool_dirs or ())
     return {"processing_class": tool_tokenizer(recipe, model_path),
-            "tools": tools.build_tools(recipe.tools, known),
+            "tools": tools.recipe_tools(recipe),
             "environment_factory": tools.build_environment(recipe.environment, tools.environments())}

@@ -19,6 +19,7 @@ from datasets import Dataset
 from transformers.utils import get_json_schema
 from trl import SFTTrainer, get_peft_config
 
+from ..config.checks import demonstration_column
 from ..config.schema import SFT_FORMATS, RecipeArguments, SFTStageConfig
 from ..tasks.data import question_key, to_prompt
 from ..tools import registry as tools
@@ -65,7 +66,7 @@ def tool_trajectory(row: dict, tool) -> list[dict] | None:
 def trajectory_examples(train, recipe: RecipeArguments) -> list[dict]:
     """sft_format tool_trajectory: one gold episode per training row, with the tools' schemas in a `tools` column
     (TRL's SFTTrainer renders them into the prompt as the GRPO trainer does)."""
-    built = tools.build_tools(recipe.tools, tools.available(recipe.tool_dirs or ()))
+    built = tools.recipe_tools(recipe)
     schemas = json.dumps([get_json_schema(t) for t in built])
     rows, dropped = [], 0
     for r in train:
@@ -122,7 +123,7 @@ def build_examples(recipe: RecipeArguments, cfg: SFTStageConfig, train, held_out
         rows = [{"question": r["question"], "prompt": r["prompt"], "text": r["completion"],
                  "answer": None if r.get("answer") is None else str(r["answer"])}
                 for r in read_traces(cfg.sft_traces_path, recipe, held_out_keys)]
-    elif cfg.sft_format == "demonstration":  # checks.stage_problems: every row has one
+    elif cfg.sft_format == "demonstration":  # SFTStage.data_problems: every row has one
         rows = [{"question": r["question"], "prompt": r["prompt"], "text": r[recipe.demonstration_field],
                  "answer": r.get("answer")} for r in train]
     else:
@@ -142,24 +143,44 @@ class SFTStage(Stage):
     name = "sft"
 
     def dataset(self, run):
-        return build_examples(run.recipe, self.plan.training, run.train, run.held_out)
-
-    def run_label(self, cfg) -> list[str]:
-        return [cfg.sft_format, f"lr{cfg.learning_rate:g}", f"seed{cfg.seed}"]
+        return build_examples(run.recipe, self.spec.training, run.train, run.held_out)
 
     def describe(self, run) -> str:
-        cfg = self.plan.training
+        cfg = self.spec.training
         source = cfg.sft_traces_path or (f"'{run.recipe.demonstration_field}'" if cfg.sft_format == "demonstration"
                                          else f"rendered {cfg.sft_format}")
         return (f"sft: {cfg.max_steps} steps of {cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps} "
                 f"examples a process at lr {cfg.learning_rate:g}, from {source}")
 
-    def configure(self, run) -> None:
-        pass
+    def problems(self, config) -> list[str]:
+        """What its examples need of the recipe: a demonstration column, a gold answer, a tool to call."""
+        recipe, cfg = config.recipe, self.spec.training
+        if cfg.sft_traces_path:
+            return []
+        out = []
+        if cfg.sft_format == "demonstration" and not recipe.demonstration_field:
+            out.append("demonstration_field: the sft stage trains on it (sft_format demonstration), and it is unset. "
+                       "Fix: a task that sets it (task: arithmetic sets worked_solution), a column of correct "
+                       "completions, another sft_format, or sft_traces_path")
+        elif cfg.sft_format != "demonstration" and not recipe.answer_field:
+            out.append(f"answer_field: sft_format {cfg.sft_format} renders gold answers; set answer_field or pass "
+                       "sft_traces_path")
+        if cfg.sft_format == "tool_trajectory" and not recipe.tools:
+            out.append("sft_format: tool_trajectory renders a call to the first configured tool; set `tools`")
+        if cfg.sft_format == "tool_trajectory" and not cfg.assistant_only_loss:
+            out.append("assistant_only_loss: must be true with sft_format tool_trajectory, or the tool results "
+                       "(which the model never writes) are trained on as its own text")
+        return [self.where() + m for m in out]
+
+    def data_problems(self, config, train) -> list[str]:
+        cfg, field_ = self.spec.training, config.recipe.demonstration_field
+        if cfg.sft_traces_path or cfg.sft_format != "demonstration" or not field_:
+            return []
+        return [self.where() + m for m in demonstration_column(field_, train)]
 
     def make_trainer(self, run, model_path: str):
         extra = {"processing_class": tool_tokenizer(run.recipe, model_path)} if run.recipe.uses_tools else {}
-        return SFTTrainer(model=model_path, args=self.plan.training, train_dataset=self.dataset(run),
+        return SFTTrainer(model=model_path, args=self.spec.training, train_dataset=self.dataset(run),
                           peft_config=get_peft_config(run.model_args), **extra)
 
     def callbacks(self, trainer, run) -> list:

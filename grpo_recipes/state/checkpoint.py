@@ -216,8 +216,8 @@ def output_dir_problems(recipe, training) -> list[str]:
 
 
 @dataclass
-class RunPlan:
-    """What the runner will do with output_dir and the metric history before training starts."""
+class StartPoint:
+    """Where a stage's training starts, and what becomes of what an earlier run left in its output_dir and Trackio."""
 
     output_dir: Path
     resume_from: Path | None = None
@@ -228,34 +228,33 @@ class RunPlan:
     step_offset: int = 0  # the run's steps before this stage's (stages.py): Trackio rows are at offset + step
 
 
-def plan_run(recipe, training) -> RunPlan:
-    """Decide where training starts. Changes nothing on disk; `start` applies the plan right before training.
-
-    On resume the Trackio run name stored by the earlier run is reused unless --run_name is given, so a resumed run
-    continues the same curve even when a setting that is part of the derived name (say, the learning rate) changed.
-    """
+def start_point(recipe, training) -> StartPoint:
+    """Decide where training starts. Changes nothing on disk; `start` applies it right before training."""
     out = Path(training.output_dir)
     existing = checkpoint_dirs(out)
-    plan = RunPlan(output_dir=out)
+    point = StartPoint(output_dir=out)
     if recipe.overwrite_output_dir:
-        plan.discard = [p for _, p in existing]
-        plan.replace_metrics = True
+        point.discard = [p for _, p in existing]
+        point.replace_metrics = True
     else:
-        plan.incomplete = [(p, why) for _, p in existing if (why := verify(p))]
+        point.incomplete = [(p, why) for _, p in existing if (why := verify(p))]
     if training.resume_from_checkpoint:
-        plan.resume_from = Path(training.resume_from_checkpoint)
+        point.resume_from = Path(training.resume_from_checkpoint)
     elif recipe.resume:
-        plan.resume_from, _ = latest_complete(out)
-        if plan.resume_from is None:
+        point.resume_from, _ = latest_complete(out)
+        if point.resume_from is None:
             logger.info("resume: no complete checkpoint in %s; starting from step 0", out)
-    if plan.resume_from is not None:
-        plan.start_step = checkpoint_step(plan.resume_from)
+    if point.resume_from is not None:
+        point.start_step = checkpoint_step(point.resume_from)
     if recipe.resume or training.resume_from_checkpoint:
-        plan.replace_metrics = True
-        info = out / RUN_INFO
-        if not training.run_name and info.is_file():
-            training.run_name = json.loads(info.read_text())["run_name"]
-    return plan
+        point.replace_metrics = True
+    return point
+
+
+def stored_run_name(output_dir: str | os.PathLike) -> str | None:
+    """The Trackio run name an earlier run in `output_dir` logged under (config/resolve.py: a resumed run keeps it)."""
+    info = Path(output_dir) / RUN_INFO
+    return json.loads(info.read_text())["run_name"] if info.is_file() else None
 
 
 # ------------------------------------------------------------------------------------------------- callback
@@ -306,7 +305,7 @@ class CheckpointCallback(TrainerCallback):
 
 @dataclass
 class Session:
-    plan: RunPlan
+    point: StartPoint
     callback: CheckpointCallback
     stop: SignalStop
 
@@ -317,7 +316,7 @@ class Session:
 
     def message(self) -> str:
         name = signal.Signals(self.stop.signum).name
-        path = self.plan.output_dir / f"checkpoint-{self.callback.stopped_at}"
+        path = self.point.output_dir / f"checkpoint-{self.callback.stopped_at}"
         return (f"interrupted by {name}: stopped after step {self.callback.stopped_at}, checkpoint saved to {path}. "
                 f"Continue with the same command plus --resume.")
 
@@ -325,42 +324,42 @@ class Session:
         self.stop.uninstall()
 
 
-def start(trainer, plan: RunPlan, training) -> Session:
-    """Apply the plan (remove incomplete/discarded checkpoints, prune the metrics that will be re-logged, record the
-    run name), take over checkpoint retention, and install the signal handlers. Call right before trainer.train."""
+def start(trainer, point: StartPoint, training) -> Session:
+    """Apply the start point (remove incomplete/discarded checkpoints, prune the metrics that will be re-logged, record
+    the run name), take over checkpoint retention, and install the signal handlers. Call right before trainer.train."""
     state = PartialState()
     if state.is_main_process:
-        for path, why in plan.incomplete:
+        for path, why in point.incomplete:
             logger.warning("removing incomplete checkpoint %s: %s", path, why)
             remove_checkpoint(path)
-        for path in plan.discard:
+        for path in point.discard:
             logger.warning("overwrite_output_dir: removing %s", path)
             remove_checkpoint(path)
-        if plan.replace_metrics and tracking.enabled(training):
+        if point.replace_metrics and tracking.enabled(training):
             if tracking.storage_mode() != "sqlite":
                 logger.warning("Trackio stores to JSONL fragments here (network filesystem?), which cannot be "
-                               "pruned: steps after %d may appear twice in Trackio", plan.start_step)
+                               "pruned: steps after %d may appear twice in Trackio", point.start_step)
             # A fresh start (overwrite, or resume with no checkpoint) replaces everything, step-0 evaluation included;
             # a later stage keeps what the stages before it logged.
-            resumed = plan.resume_from is not None or plan.step_offset
-            after = plan.step_offset + plan.start_step if resumed else -1
+            resumed = point.resume_from is not None or point.step_offset
+            after = point.step_offset + point.start_step if resumed else -1
             removed = tracking.prune_metrics(tracking.project_db(training.project), training.run_name, after)
             if removed:
                 logger.info("Trackio: removed %d rows of run %s logged after step %d; they are re-logged as the run "
-                            "continues", removed, training.run_name, plan.start_step)
-        plan.output_dir.mkdir(parents=True, exist_ok=True)
+                            "continues", removed, training.run_name, point.start_step)
+        point.output_dir.mkdir(parents=True, exist_ok=True)
         info = {"project": training.project, "run_name": training.run_name}
-        (plan.output_dir / RUN_INFO).write_text(json.dumps(info))
+        (point.output_dir / RUN_INFO).write_text(json.dumps(info))
     state.wait_for_everyone()
-    if plan.resume_from is not None:
-        logger.info("resuming from %s (step %d)", plan.resume_from, plan.start_step)
+    if point.resume_from is not None:
+        logger.info("resuming from %s (step %d)", point.resume_from, point.start_step)
     # Retention moves to CheckpointCallback.on_save, which runs after the new checkpoint is marked complete.
     keep, trainer.args.save_total_limit = trainer.args.save_total_limit, None
     stop = SignalStop()
     callback = CheckpointCallback(keep, stop)
     trainer.add_callback(callback)
     stop.install()
-    return Session(plan, callback, stop)
+    return Session(point, callback, stop)
 
 
 # ------------------------------------------------------------------- stage folders and their done markers (stages)

@@ -153,18 +153,11 @@ def tokenizer_source(name_or_path: str, cache_dir: str | None = None) -> tuple[s
     return None
 
 
-def prepare_model(model_args, training_args, cache_dir: str | None = None) -> str:
-    """Resolve the model to a local folder and put ModelConfig's loading options into the training config.
-
-    One process resolves (and, offline, converts) first; the others then find it done.
-    """
+def prepare_model(model_args, cache_dir: str | None = None) -> str:
+    """The model's local folder. One process resolves (and, offline, converts) first; the others then find it done.
+    How it loads (ModelConfig's dtype and attention) is in the training config's model_init_kwargs
+    (config/resolve.py)."""
     with PartialState().main_process_first():
         path, source = resolve_model(model_args.model_name_or_path, cache_dir)
     logger.info("model %s from %s (%s)", model_args.model_name_or_path, source, path)
-    init_kwargs = dict(training_args.model_init_kwargs or {})
-    if model_args.dtype:
-        init_kwargs.setdefault("dtype", model_args.dtype)
-    if model_args.attn_implementation:
-        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
-    training_args.model_init_kwargs = init_kwargs or None
     return path

@@ -19,7 +19,7 @@ from pathlib import Path
 import reasoning_gym
 from datasets import Dataset, load_dataset
 
-from .registry import Task, load
+from .registry import Task
 
 logger = logging.getLogger("grpo_recipes")
 
@@ -155,10 +155,10 @@ def _prepared(rows: list[dict], args, task: Task | None) -> list[dict]:
     return kept
 
 
-def load_splits(args):
+def load_splits(args, task: Task | None):
     """-> (train, eval) as datasets.Dataset with `prompt` (chat messages), `question`, `answer` and source columns.
-    The configured task's own rows, held-out set and row preparation (task.py) take the generic ones' place."""
-    task = load(args)
+    The configured task's own rows, held-out set and row preparation (`task`, the resolved config's) take the
+    generic ones' place."""
     own = task.rows(args) if task is not None else None
     if own is not None:
         rows, eval_rows = own, None

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ def task(name: str):
 
     def register(cls: type[Task]) -> type[Task]:
         if not (isinstance(cls, type) and issubclass(cls, Task)):
-            raise TypeError(f"task '{name}': @task registers a subclass of grpo_recipes.tasks.registry.Task, got {cls!r}")
+            raise TypeError(f"task '{name}': @task registers a subclass of grpo_recipes.tasks.Task, got {cls!r}")
         old = _TASKS.get(name)
         if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
             raise ValueError(f"task name '{name}' is defined twice: in {old.__module__} and in {cls.__module__}")
@@ -81,62 +80,41 @@ def available(extra: Iterable[str | os.PathLike] = ()) -> dict[str, type[Task]]:
     return dict(sorted(_TASKS.items()))
 
 
-def problems(recipe) -> list[str]:
-    """The configured task's name and defaults, checked before anything loads."""
+def resolve(name: str | None, dirs: Iterable[str | os.PathLike], fields: set[str]) -> tuple[Task | None, list[str]]:
+    """(the task `name` names, or None when it is unset; its problems): an unknown task, or defaults that name no
+    field of `fields` (RecipeArguments'). Loads the task files, nothing else."""
     try:
-        known = available(recipe.task_dirs or ())
+        known = available(dirs)
     except ImportError as exc:  # a task file that does not import names itself
-        return [f"task_dirs: {exc}"]
-    if not recipe.task:
-        return read_problems(recipe, known)
-    if recipe.task not in known:
-        close = did_you_mean(recipe.task, known)
+        return None, [f"task_dirs: {exc}"]
+    if not name:
+        return None, []
+    if name not in known:
+        close = did_you_mean(name, known)
         hint = f"did you mean '{close}'?" if close else f"known tasks: {', '.join(known) or 'none'}"
-        return [f"task: unknown task '{recipe.task}'; {hint} (task files: {', '.join(map(str, task_dirs(recipe.task_dirs or ())))})"]
-    names = {f.name for f in fields(recipe)}
-    out = [f"task: {recipe.task}'s defaults set '{k}', which is not a recipe field"
-           for k in known[recipe.task].defaults if k not in names]
-    return out + read_problems(recipe, known)
+        where = ", ".join(map(str, task_dirs(dirs)))
+        return None, [f"task: unknown task '{name}'; {hint} (task files: {where})"]
+    unit = known[name]()
+    return unit, [f"task: {name}'s defaults set '{k}', which is not a recipe field" for k in unit.defaults
+                  if k not in fields]
 
 
-def read_problems(recipe, known: dict[str, type[Task]]) -> list[str]:
+def defaults(unit: Task | None, explicit: frozenset[str]) -> dict[str, Any]:
+    """The task's defaults for the fields the config file and the flags left unset (`explicit`: those they set). The
+    roles name the task's own rewards: a config that replaces the rewards keeps its own roles."""
+    if unit is None:
+        return {}
+    return {k: v for k, v in unit.defaults.items()
+            if k not in explicit and not (k in ROLE_FIELDS and "rewards" in explicit)}
+
+
+def read_problems(recipe, unit: Task | None) -> list[str]:
     """A field that only a task implements, set for a run whose task does not read it: it would do nothing."""
     out = []
     for name in ("gold_check_tool",):
-        if getattr(recipe, name) and name not in (known[recipe.task].reads if recipe.task else ()):
-            readers = [n for n, cls in known.items() if name in cls.reads]
+        if getattr(recipe, name) and name not in (unit.reads if unit is not None else ()):
+            readers = [n for n, cls in available(recipe.task_dirs or ()).items() if name in cls.reads]
             current = f"task {recipe.task} does not read it" if recipe.task else "no task is set"
             out.append(f"{name}: {current}; the {', '.join(readers) or 'no'} task does. Fix: task: "
                        f"{readers[0] if readers else '...'}, or unset {name}")
     return out
-
-
-def load(recipe) -> Task | None:
-    """The configured task (checked by `problems`), or None."""
-    return available(recipe.task_dirs or ())[recipe.task]() if recipe.task else None
-
-
-def apply_defaults(recipe, unit: Task | None) -> None:
-    """The task's defaults, for every RecipeArguments field the config left at its default."""
-    if unit is None or not unit.defaults:
-        return
-    by_name = {f.name: f for f in fields(recipe)}
-    explicit = getattr(recipe, "set_fields", None)  # parsing.parse_recipe_args records what the user set
-    changed = False
-    for key, value in unit.defaults.items():
-        if key in ROLE_FIELDS and explicit is not None and "rewards" in explicit:
-            continue  # the task's roles name its own rewards, which the config replaced
-        f = by_name[key]
-        default = f.default if f.default is not MISSING else f.default_factory()
-        unset = key not in explicit if explicit is not None else getattr(recipe, key) == _normalised(key, default)
-        if unset:
-            setattr(recipe, key, value)
-            changed = True
-    if changed:
-        recipe.__post_init__()  # rewards -> reward_specs, few_shot and gym_params read again
-
-
-def _normalised(key: str, default: Any) -> Any:
-    # __post_init__ turns some unset fields into empty containers: compare with what the default became.
-    return {"gym_params": {}, "few_shot": [], "tools": [], "stages": [{"name": "grpo"}]}.get(key, default) \
-        if default is None else default

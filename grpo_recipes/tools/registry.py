@@ -256,6 +256,11 @@ def build_tools(specs: list, known: dict[str, ToolDef]) -> list[Callable[..., st
     return [guarded(known[name], params) for name, params in map(_spec, specs)]
 
 
+def recipe_tools(recipe) -> list[Callable[..., str]]:
+    """The recipe's `tools:`, guarded (none without them). Checked at start-up (check_tool_specs)."""
+    return build_tools(recipe.tools, available(recipe.tool_dirs or ())) if recipe.tools else []
+
+
 def build_environment(spec: Any, known_envs: dict[str, type]) -> Callable[[], Any] | None:
     """YAML `environment:` -> the factory TRL calls once per rollout (the class, with its params bound)."""
     if spec is None:

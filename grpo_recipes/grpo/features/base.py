@@ -34,8 +34,9 @@ class TrainerFeature:
         return []
 
     @classmethod
-    def detectors(cls, recipe, cfg) -> list:
-        """The alerts.Detector instances that watch the metrics it logs, for this recipe (GRPOStage.callbacks)."""
+    def detectors(cls, recipe) -> list:
+        """The alerts.Detector instances that watch the metrics it logs, for this recipe (its alert_* thresholds;
+        GRPOStage.callbacks)."""
         return []
 
     # -- on the trainer

@@ -295,8 +295,8 @@ class Sampling(TrainerFeature):
         return cls(spec, (correctness_index(reward_names, recipe.correctness_reward), recipe.correctness_threshold))
 
     @classmethod
-    def detectors(cls, recipe, cfg) -> list[Detector]:
-        return [BatchNotFilled(cfg)] if recipe.dynamic_sampling else []
+    def detectors(cls, recipe) -> list[Detector]:
+        return [BatchNotFilled(recipe)] if recipe.dynamic_sampling else []
 
     @classmethod
     def problems(cls, recipe, args) -> list[str]:

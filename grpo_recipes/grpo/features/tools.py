@@ -25,8 +25,8 @@ class ToolCalls(TrainerFeature):
         return cls() if recipe.uses_tools else None
 
     @classmethod
-    def detectors(cls, recipe, cfg) -> list[Detector]:
-        return [ToolsAbandoned(cfg), ToolResultIgnored(cfg)] if recipe.uses_tools else []
+    def detectors(cls, recipe) -> list[Detector]:
+        return [ToolsAbandoned(recipe), ToolResultIgnored(recipe)] if recipe.uses_tools else []
 
     def attach(self, trainer) -> bool:
         return bool(trainer.tools)  # TRL sets it for tools and for an environment's methods alike
@@ -54,7 +54,7 @@ class ToolsAbandoned(Detector):
 
     def __init__(self, cfg, patience=None):
         super().__init__(cfg, patience)
-        self.baseline = Baseline(cfg.baseline_steps)
+        self.baseline = Baseline(cfg.alert_baseline_steps)
 
     def observe(self, metrics):
         rate = _value(metrics, "tools/call_rate")
@@ -63,7 +63,7 @@ class ToolsAbandoned(Detector):
         base = self.baseline.feed(rate)
         if base is None or base < self.FLOOR:
             return MISSING
-        limit = max(self.FLOOR, self.cfg.tools_abandoned_frac * base)
+        limit = max(self.FLOOR, self.cfg.alert_tools_abandoned_frac * base)
         return f"tool-call rate {rate:.2f} < {limit:.2f} (early level {base:.2f})" if rate < limit else None
 
 
@@ -79,6 +79,6 @@ class ToolResultIgnored(Detector):
         rate, used = _value(metrics, "tools/call_rate"), _value(metrics, "tools/answer_from_tool_rate")
         if rate is None or used is None:
             return MISSING
-        if rate >= self.MIN_CALL_RATE and used < self.cfg.tool_result_used_min:
+        if rate >= self.MIN_CALL_RATE and used < self.cfg.alert_tool_result_used_min:
             return f"{rate:.0%} of episodes call a tool but only {used:.0%} of those with a result answer with it"
         return None

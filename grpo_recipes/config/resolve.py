@@ -1,0 +1,151 @@
+"""A run's configuration, resolved once: `resolve(argv)` -> `Config`.
+
+It reads `--config X.yaml` (files.py) and sets the environment the file's `env:` asks for, then settles every value,
+in this order of precedence: the command line, the file, the task's defaults (tasks/*.py), the device defaults (bf16
+where the hardware has it; several processes without CUDA train as CPU ranks), the fields' own defaults. What follows
+from the settled values is decided here too, before anything is built: the format reward (the one configured reward
+with role "format"), the learning rate under LoRA (peft_learning_rate), GRPO's reward weights, how the model loads
+(ModelConfig's dtype and attention in model_init_kwargs), the Trackio project and run name (a resumed run keeps the one
+it started under), and every earlier stage's config (stages.py). Each dataclass
+is then built once; nothing rewrites them afterwards. Every problem found on the way is reported together
+(ConfigError), before anything loads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trl import GRPOConfig, ModelConfig
+
+from ..errors import ConfigError
+from ..rewards import registry as rewards
+from ..state import checkpoint
+from ..tasks import registry as tasks
+from ..tasks.registry import Task
+from ..values import init_fields
+from .files import read_yaml, resolve_paths, split_config_arg
+from .parsing import Parser, build, check_values, device_defaults, namespace, unknown_keys
+from .schema import DistillLogitsConfig, DistillTracesConfig, RecipeArguments, SFTStageConfig, reward_specs
+from .stages import StageSpec, final_config, plan_stages
+
+logger = logging.getLogger("grpo_recipes")
+
+TRAINING_ARGUMENTS_PROJECT = "huggingface"  # TrainingArguments' placeholder: each recipe gets a Trackio project
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a run trains, as resolved: the flat keys' three dataclasses and every stage's config."""
+
+    name: str  # the recipe's name: `math`, or a config's task (recipes/train.py); its Trackio project's
+    recipe: RecipeArguments
+    training: Any  # the last stage's TRL config (GRPOConfig, SFTStageConfig, a distill config)
+    model: ModelConfig
+    stages: tuple[StageSpec, ...]  # the last one's training config is `training`
+    task: Task | None  # the configured task (`task:`), which the data and the task's rows come from
+    path: Path | None  # the config file
+    explicit: frozenset[str]  # the keys the file and the flags set (the rest came from defaults)
+    problems: tuple[str, ...] = ()  # what planning the earlier stages found: reported with the start-up checks'
+
+
+def resolve(argv: list[str] | None = None, default_config: Path | None = None, *, name: str | None = None,
+            stage: str | None = None) -> Config:
+    """argv (sys.argv[1:] when None) and the config file it names (`default_config` when it names none) -> Config.
+    `name` None: the config's task names the run (recipes/train.py). `stage` runs that one kind of stage alone
+    (tests)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path, flags = split_config_arg(argv, default_config)
+    file = resolve_paths(read_yaml(path), path) if path else {}
+    for key, value in (file.pop("env", None) or {}).items():
+        os.environ.setdefault(str(key), str(value))  # the caller's environment wins over the file
+    if stage is not None:
+        flags = [*flags, "--stages", json.dumps([{"name": stage}])]
+    parser = Parser((RecipeArguments, final_config(file, flags), ModelConfig))
+    given = {**device_defaults(), **file}
+    problems = unknown_keys(file, parser) + check_values(parser, given, flags)
+    if problems:
+        raise ConfigError(problems)
+    values = namespace(parser, given, flags)
+    explicit = frozenset(file) | {a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")}
+    task, problems = tasks.resolve(values["task"], _listed(values["task_dirs"]), set(init_fields(RecipeArguments)))
+    if problems:
+        raise ConfigError(problems)
+    if name is None:  # recipes/train.py: any config, named after its task
+        if path is None:
+            raise ConfigError(["--config: recipes/train.py runs the config you name; pass --config my_task.yaml"])
+        name = values["task"] or path.stem
+    values |= tasks.defaults(task, explicit)
+    values |= derived(values, name, parser.types[1], explicit)
+    recipe, training, model = build(parser, values)
+    specs, problems = plan_stages(recipe, training, teacher_loading(model.dtype))
+    return Config(name, recipe, training, model, tuple(specs), task, path, explicit, tuple(problems))
+
+
+def derived(values: dict[str, Any], name: str, training_cls: type, explicit: frozenset[str]) -> dict[str, Any]:
+    """The values that follow from the settled ones, for the fields the config left to them. A value too broken to
+    derive from is left alone: building the dataclasses reports it."""
+    out: dict[str, Any] = {}
+    try:
+        specs = reward_specs(values["rewards"])
+    except ValueError:
+        specs = None
+    if specs is not None and values["format_reward"] is None:
+        correctness = values["correctness_reward"] or (specs[0].metric_name if specs else None)
+        known = rewards.available(_listed(values["reward_dirs"]))
+        if fmt := rewards.default_format_reward(specs, known, correctness):
+            logger.info("format_reward: %s (the configured reward with role 'format')", fmt)
+            out["format_reward"] = fmt
+    if specs is not None and issubclass(training_cls, GRPOConfig):
+        out["reward_weights"] = [s.weight for s in specs]
+    if values["use_peft"] and values["peft_learning_rate"]:
+        logger.info("use_peft: learning rate %g (peft_learning_rate) instead of %g", values["peft_learning_rate"],
+                    values["learning_rate"])
+        out["learning_rate"] = values["peft_learning_rate"]
+    fields = init_fields(training_cls)
+    loading = {k: values[k] for k in ("dtype", "attn_implementation") if values.get(k)}  # ModelConfig's
+    if loading and "model_init_kwargs" in fields and not isinstance(values["model_init_kwargs"], str):
+        out["model_init_kwargs"] = {**loading, **(values["model_init_kwargs"] or {})}  # how every stage loads it
+    if "teacher_model_init_kwargs" in fields and values["teacher_model_init_kwargs"] is None:
+        out["teacher_model_init_kwargs"] = teacher_loading(values["dtype"])
+    if values["project"] == TRAINING_ARGUMENTS_PROJECT:
+        out["project"] = f"grpo-recipes-{name}"
+    if not values["run_name"]:
+        resumed = values["resume"] or values["resume_from_checkpoint"]
+        stored = checkpoint.stored_run_name(values["output_dir"]) if resumed and values["output_dir"] else None
+        # A resumed run continues the same curve even when a setting the derived name shows (the learning rate, say)
+        # changed since.
+        out["run_name"] = stored or run_name(name, {**values, **out}, training_cls)
+    return out
+
+
+def teacher_loading(dtype: str | None) -> dict[str, str]:
+    """A logits distill stage's teacher loads in the student's dtype (ModelConfig's), not in TRL's unset one."""
+    return {"dtype": dtype or "float32"}
+
+
+def run_name(name: str, values: dict[str, Any], training_cls: type) -> str:
+    """The run's Trackio name when the config gives none: the recipe, the model and the settings a sweep varies."""
+    model = Path(str(values["model_name_or_path"]).rstrip("/")).name
+    lr, seed = f"lr{values['learning_rate']:g}", f"seed{values['seed']}"
+    if issubclass(training_cls, GRPOConfig):
+        eps = f"{values['epsilon']:g}" + (f"-{values['epsilon_high']:g}" if values["epsilon_high"] else "")
+        labels = [lr, f"eps{eps}", f"beta{values['beta']:g}", seed]
+    elif issubclass(training_cls, DistillLogitsConfig):
+        labels = ["distill-logits", f"beta{values['beta']:g}", lr, seed]
+    elif issubclass(training_cls, DistillTracesConfig):
+        labels = ["distill-traces", lr, seed]
+    elif issubclass(training_cls, SFTStageConfig):
+        labels = [str(values["sft_format"]), lr, seed]
+    else:
+        labels = [lr, seed]
+    return "-".join([name, model, *labels])
+
+
+def _listed(value: Any) -> list:
+    return [] if not value else [value] if isinstance(value, str) else list(value)
