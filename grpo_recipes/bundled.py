@@ -1,6 +1,6 @@
 """Where the files shipped with grpo-recipes are (the rewards, tools and tasks, the recipes with their configs and
-data, the Accelerate configs), and how a drop-in folder is searched and loaded (`search_dirs`, `load_files`: rewards,
-tools and tasks alike).
+data, the Accelerate configs), and how a drop-in folder is searched and loaded (`DropIns`: rewards, tools and tasks
+alike).
 
 In a checkout (and an editable install) they are the repository's rewards/, tools/, tasks/, recipes/ and
 accelerate_configs/ folders. A wheel carries copies inside the package, grpo_recipes/bundled_* (setup.py), because the
@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -21,21 +22,6 @@ PACKAGE = Path(__file__).resolve().parent
 def _shipped(installed: str, checkout: str) -> Path:
     inside = PACKAGE / installed
     return inside if inside.is_dir() else PACKAGE.parent / checkout
-
-
-def rewards_dir() -> Path:
-    """The shipped reward files (rewards/*.py)."""
-    return _shipped("bundled_rewards", "rewards")
-
-
-def tools_dir() -> Path:
-    """The shipped tool files (tools/*.py)."""
-    return _shipped("bundled_tools", "tools")
-
-
-def tasks_dir() -> Path:
-    """The shipped task files (tasks/*.py)."""
-    return _shipped("bundled_tasks", "tasks")
 
 
 def recipes_dir() -> Path:
@@ -82,35 +68,51 @@ def recipe_names() -> list[str]:
 # ------------------------------------------------------------------------------------------------ drop-in folders
 
 
-def search_dirs(extra: Iterable[str | os.PathLike], env_var: str, local: str, shipped: Path) -> list[Path]:
-    """Folders of drop-in files, in search order: `extra`, those in $`env_var` (os.pathsep-separated), ./`local`
-    where the process runs, then `shipped`. Only existing folders, each once."""
-    env = [p for p in os.environ.get(env_var, "").split(os.pathsep) if p]
-    candidates = [*extra, *env, Path.cwd() / local, shipped]
-    seen, out = set(), []
-    for c in candidates:
-        path = Path(c).expanduser().resolve()
-        if path.is_dir() and path not in seen:
-            seen.add(path)
-            out.append(path)
-    return out
+@dataclass(frozen=True)
+class DropIns:
+    """One kind of drop-in file: where its files are searched, in order (the config's folders, those in `env_var`,
+    ./`local` where the process runs, the shipped ones), and under which private module prefix they load: no
+    top-level `rewards`, `tools` or `tasks` package is ever imported."""
+
+    kind: str  # names a file in errors: "reward file ... failed to import"
+    env_var: str
+    local: str
+    shipped: str  # the folder's name inside a wheel (bundled_rewards); a checkout's is `local`
+    prefix: str
+
+    def dirs(self, extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
+        """The existing folders, each once, in search order."""
+        env = [p for p in os.environ.get(self.env_var, "").split(os.pathsep) if p]
+        candidates = [*extra, *env, Path.cwd() / self.local, _shipped(self.shipped, self.local)]
+        seen, out = set(), []
+        for c in candidates:
+            path = Path(c).expanduser().resolve()
+            if path.is_dir() and path not in seen:
+                seen.add(path)
+                out.append(path)
+        return out
+
+    def load(self, extra: Iterable[str | os.PathLike] = ()) -> None:
+        """Import every `*.py` file of the folders (not `_*.py`) by path, once: the files register themselves
+        through their decorators."""
+        for folder in self.dirs(extra):
+            for file in sorted(folder.glob("*.py")):
+                if file.name.startswith("_"):
+                    continue
+                module_name = f"{self.prefix}.{abs(hash(str(file))):x}_{file.stem}"
+                if module_name in sys.modules:
+                    continue
+                spec = importlib.util.spec_from_file_location(module_name, file)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[module_name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except Exception as exc:
+                    del sys.modules[module_name]
+                    raise ImportError(f"{self.kind} file {file} failed to import: {type(exc).__name__}: {exc}") \
+                        from exc
 
 
-def load_files(dirs: Iterable[Path], module_prefix: str, kind: str) -> None:
-    """Import every `*.py` file of `dirs` (not `_*.py`) by path, once, as a private module under `module_prefix`:
-    the files register themselves through their decorators. `kind` names them in errors ("reward file ...")."""
-    for folder in dirs:
-        for file in sorted(folder.glob("*.py")):
-            if file.name.startswith("_"):
-                continue
-            module_name = f"{module_prefix}.{abs(hash(str(file))):x}_{file.stem}"
-            if module_name in sys.modules:
-                continue
-            spec = importlib.util.spec_from_file_location(module_name, file)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[module_name] = module
-            try:
-                spec.loader.exec_module(module)
-            except Exception as exc:
-                del sys.modules[module_name]
-                raise ImportError(f"{kind} file {file} failed to import: {type(exc).__name__}: {exc}") from exc
+REWARDS = DropIns("reward", "GRPO_RECIPES_REWARD_DIRS", "rewards", "bundled_rewards", "grpo_recipes._loaded_rewards")
+TOOLS = DropIns("tool", "GRPO_RECIPES_TOOL_DIRS", "tools", "bundled_tools", "grpo_recipes._loaded_tools")
+TASKS = DropIns("task", "GRPO_RECIPES_TASK_DIRS", "tasks", "bundled_tasks", "grpo_recipes._loaded_tasks")

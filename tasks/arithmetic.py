@@ -35,14 +35,14 @@ class Arithmetic(Task):
         self._check = None
 
     def prepare(self, row, recipe):
-        expression = self.expression(row)
+        row = {**row, "expression": self.expression(row)}
+        row["worked_solution"] = self.worked_solution(row)
         if recipe.gold_check_tool:
             if self._check is None:
                 self._check = tools.build_tools([recipe.gold_check_tool], tools.available(recipe.tool_dirs or ()))[0]
-            if expression is None or self._check(expression).strip() != str(row["answer"]).strip():
+            if row["expression"] is None or self._check(row["expression"]).strip() != str(row["answer"]).strip():
                 return None
-        return {**row, "expression": expression, "worked_solution": self.worked_solution({**row,
-                                                                                         "expression": expression})}
+        return row
 
     @staticmethod
     def expression(row: dict) -> str | None:

@@ -8,6 +8,7 @@ import textwrap
 import pytest
 from helpers import REPO
 
+from grpo_recipes import bundled
 from grpo_recipes.rewards import registry
 from grpo_recipes.rewards.registry import CompiledReward, RewardContractError, RewardSpec
 from grpo_recipes.values import Range
@@ -66,7 +67,7 @@ def test_reward_dirs_env_and_launch_from_elsewhere(tmp_path, monkeypatch):
         def env_found(completions, answer):
             return [1.0 for _ in completions]
     ''')
-    monkeypatch.setenv(registry.ENV_REWARD_DIRS, str(folder))
+    monkeypatch.setenv(bundled.REWARDS.env_var, str(folder))
     monkeypatch.chdir(tmp_path)  # not the repo root: the shipped rewards must still be found
     known = registry.available()
     assert "env_found" in known and "math_correctness" in known

@@ -58,31 +58,29 @@ def problems(config, training_output: bool = True) -> list[str]:
     """Every problem the resolved config shows before anything loads, as messages; warnings are logged.
     `training_output=False` (`grpo-recipes eval`, which trains nothing) skips the output directory's."""
     recipe, training = config.recipe, config.training
-    scores_held_out = _is_warmup(training) and recipe.eval_heldout  # an sft-only run scores held-out answers only
-    out = check_data_args(recipe) + tasks.read_problems(recipe, config.task)
-    if not _is_warmup(training) or scores_held_out or recipe.reward_specs:
-        out += registry.check_specs(recipe.reward_specs, registry.available(recipe.reward_dirs or ()), columns=None)
-    out += reward_setting_problems(recipe)
+    out = reward_setting_problems(recipe)
     for spec in config.stages[:-1]:
         errors, warnings = training_problems(spec.training)
         out += [f"stages[{spec.index}] ({spec.name}): {m}" for m in errors]
         report_warnings(warnings)
     errors, warnings = recipe_problems(recipe, training, config.model, training_output)
     report_warnings(warnings)
-    return out + errors
+    out += errors + tasks.read_problems(recipe, config.task) + check_data_args(recipe)
+    if not _is_warmup(training) or recipe.eval_heldout or recipe.reward_specs:  # sft-only: its held-out scoring
+        known = registry.available(recipe.reward_dirs or ())
+        out += registry.check_specs(recipe.reward_specs, known, columns=None)
+    return out
 
 
 def data_problems(config, train, held_out, start: checkpoint.StartPoint | None) -> list[str]:
-    """The problems only the loaded rows and the planned start show: the reward columns (the training rows' for a
-    GRPO run, the held-out rows' for an sft-only one that scores them), the Trackio history."""
+    """The problems only the loaded rows and the planned start show: the Trackio history, the reward columns (the
+    training rows' for a GRPO run, the held-out rows' for an sft-only one that scores them)."""
     recipe, training = config.recipe, config.training
+    out = metric_history_problems(start, training) if start is not None else []
     rows = train if _is_grpo(training) else held_out if _is_warmup(training) and recipe.eval_heldout else None
-    out = []
     if rows is not None:
         known = registry.available(recipe.reward_dirs or ())
         out += registry.check_specs(recipe.reward_specs, known, columns=rows.column_names)
-    if start is not None:
-        out += metric_history_problems(start, training)
     return out
 
 
@@ -130,14 +128,13 @@ def reward_setting_problems(recipe) -> list[str]:
 
 
 def recipe_problems(recipe, training, model_args=None, training_output: bool = True) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of the flat keys, visible from the config alone: the last stage's training values, tools,
-    Trackio, the failure-rate settings, the output directory (unless `training_output` is False) and vLLM. Loads
+    """(errors, warnings) of the flat keys, visible from the config alone: the last stage's training values, Trackio,
+    the failure-rate settings, tools, the output directory (unless `training_output` is False) and vLLM. Loads
     nothing. Runs on raw values too (raw_problems)."""
     errors, warnings = training_problems(training)
     if _is_warmup(training) and recipe.eval_heldout and recipe.eval_max_new_tokens is None:
         errors.append("eval_max_new_tokens: an sft-only run has no max_completion_length to evaluate with; set "
                       "it (the GRPO recipe's max_completion_length), or eval_heldout: false")
-    errors += tool_problems(recipe, training)
     if recipe.trackio_group and not tracking.enabled(training):
         errors.append(f"trackio_group: '{recipe.trackio_group}' groups Trackio runs, but report_to is "
                       f"{training.report_to or 'none'}; add trackio to report_to, or drop trackio_group")
@@ -146,10 +143,17 @@ def recipe_problems(recipe, training, model_args=None, training_output: bool = T
         errors.append(f"max_reward_failure_rate: {rate:g}; it is a fraction between 0 and 1 (1 never stops the run)")
     if window < 1:
         errors.append(f"reward_failure_window: {window}; it is a number of completions, at least 1")
+    errors += tool_problems(recipe, training)
     if training_output:
         errors += checkpoint.output_dir_problems(recipe, training)
     if _is_grpo(training):
-        errors += vllm_problems(training, model_args)
+        errors += vllm_support.check_vllm(
+            training.use_vllm, training.vllm_mode, training.vllm_server_host, training.vllm_server_port,
+            training.vllm_server_timeout, base_url=training.vllm_server_base_url,
+            model=getattr(model_args, "model_name_or_path", None),
+            cuda_available=torch.cuda.is_available() and not training.use_cpu,
+            tensor_parallel_size=training.vllm_tensor_parallel_size,
+        )
     return errors, warnings
 
 
@@ -250,15 +254,6 @@ def grpo_checks(grpo, errors: list[str], warnings: list[str]) -> None:
         value = getattr(grpo, name, None)
         if value is not None and str(value) not in choices:
             errors.append(f"{name}: '{value}' is not one of {', '.join(choices)}{choice_hint(value, choices)}")
-
-
-def vllm_problems(grpo, model_args=None) -> list[str]:
-    return vllm_support.check_vllm(
-        grpo.use_vllm, grpo.vllm_mode, grpo.vllm_server_host, grpo.vllm_server_port, grpo.vllm_server_timeout,
-        base_url=grpo.vllm_server_base_url, model=getattr(model_args, "model_name_or_path", None),
-        cuda_available=torch.cuda.is_available() and not grpo.use_cpu,
-        tensor_parallel_size=grpo.vllm_tensor_parallel_size,
-    )
 
 
 # --------------------------------------------------------------------------------------------- data and history

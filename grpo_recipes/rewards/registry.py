@@ -24,9 +24,11 @@ values.py).
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 import os
+import threading
 import types
 import typing
 from collections import deque
@@ -48,8 +50,6 @@ logger = logging.getLogger(__name__)
 CONTEXT_NAMES = ("prompts", "completion_ids", "log_metric", "log_extra", "trainer_state", "completion_messages",
                  "environments")
 PER_COMPLETION = ("prompts", "completion_ids", "completion_messages", "environments")
-_MODULE_PREFIX = "grpo_recipes._loaded_rewards"
-ENV_REWARD_DIRS = "GRPO_RECIPES_REWARD_DIRS"
 
 
 @dataclass(frozen=True)
@@ -132,17 +132,9 @@ def reward(name: str, *, role: str | None = None) -> Callable[[Callable], Callab
     return register
 
 
-def reward_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
-    """Folders searched for reward files: config-given, then $GRPO_RECIPES_REWARD_DIRS, ./rewards, the shipped ones."""
-    return bundled.search_dirs(extra, ENV_REWARD_DIRS, "rewards", bundled.rewards_dir())
-
-
-def load_reward_files(dirs: Iterable[Path]) -> None:
-    bundled.load_files(dirs, _MODULE_PREFIX, "reward")
-
-
 def available(extra_dirs: Iterable[str | os.PathLike] = ()) -> dict[str, RewardDef]:
-    load_reward_files(reward_dirs(extra_dirs))
+    """Every reward of the reward folders (bundled.REWARDS: `extra_dirs` first), by name."""
+    bundled.REWARDS.load(extra_dirs)
     return dict(sorted(_REGISTRY.items()))
 
 
@@ -224,6 +216,20 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, list):
         return "".join(m.get("content") or "" for m in completion if isinstance(m, dict))
     return "" if completion is None else str(completion)
+
+
+class FaultLog:
+    """Appends each reward fault (the completion and inputs that made a reward raise) to a JSONL file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def __call__(self, record: dict) -> None:
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
 
 
 class CompiledReward:

@@ -13,11 +13,9 @@ axis: a stage's steps are counted after the previous stage's last one.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,20 +78,6 @@ class Run:
         return self.stages[-1]
 
 
-class FaultLog:
-    """Appends each reward fault (the completion and inputs that made a reward raise) to a JSONL file."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._lock = threading.Lock()
-
-    def __call__(self, record: dict) -> None:
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
-
-
 def prepare(recipe_name: str | None, argv: list[str] | None = None, default_config: Path | None = None,
             stage: type[Stage] | None = None, *, for_training: bool = True) -> Run:
     """Resolve and check the config, plan where the run starts, load the data, compile the rewards. Loads no model.
@@ -103,8 +87,8 @@ def prepare(recipe_name: str | None, argv: list[str] | None = None, default_conf
     start is planned (`Run.start` is None)."""
     config = resolve(argv, default_config, name=recipe_name, stage=stage.name if stage is not None else None)
     stages = [(stage or KINDS[spec.name])(spec) for spec in config.stages]
-    problems = [*config.problems, *checks.problems(config, training_output=for_training),
-                *(m for s in stages for m in s.problems(config))]
+    problems = [*config.problems, *(m for s in stages for m in s.problems(config)),
+                *checks.problems(config, training_output=for_training)]
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))  # a stage may find what the flat keys' checks found
     start = checkpoint.start_point(config.recipe, config.training) if for_training else None
@@ -114,14 +98,14 @@ def prepare(recipe_name: str | None, argv: list[str] | None = None, default_conf
         train, held_out = load_splits(config.recipe, config.task)
     except (KeyError, ValueError) as exc:
         raise ConfigError([str(exc).strip("'\"")]) from None
-    problems = [*checks.data_problems(config, train, held_out, start),
-                *(m for s in stages for m in s.data_problems(config, train))]
+    problems = [*(m for s in stages for m in s.data_problems(config, train)),
+                *checks.data_problems(config, train, held_out, start)]
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
     recipe = config.recipe
     funcs, _ = registry.compile_rewards(
         recipe.reward_specs, registry.available(recipe.reward_dirs or ()),
-        fault_log=FaultLog(Path(config.training.output_dir) / "reward_faults.jsonl"),
+        fault_log=registry.FaultLog(Path(config.training.output_dir) / "reward_faults.jsonl"),
         max_failure_rate=recipe.max_reward_failure_rate, failure_window=recipe.reward_failure_window,
     )
     return Run(config, train, held_out, funcs, start, stages)

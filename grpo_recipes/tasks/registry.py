@@ -27,14 +27,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from .. import bundled
 from ..values import did_you_mean
 
-ENV_TASK_DIRS = "GRPO_RECIPES_TASK_DIRS"
-_MODULE_PREFIX = "grpo_recipes._loaded_tasks"
 _TASKS: dict[str, type[Task]] = {}
 ROLE_FIELDS = ("correctness_reward", "format_reward")  # they name rewards: defaults only with the task's rewards
 
@@ -70,13 +67,8 @@ def task(name: str):
     return register
 
 
-def task_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
-    """Folders searched for task files: config-given, then $GRPO_RECIPES_TASK_DIRS, ./tasks, the shipped ones."""
-    return bundled.search_dirs(extra, ENV_TASK_DIRS, "tasks", bundled.tasks_dir())
-
-
 def available(extra: Iterable[str | os.PathLike] = ()) -> dict[str, type[Task]]:
-    bundled.load_files(task_dirs(extra), _MODULE_PREFIX, "task")
+    bundled.TASKS.load(extra)
     return dict(sorted(_TASKS.items()))
 
 
@@ -92,7 +84,7 @@ def resolve(name: str | None, dirs: Iterable[str | os.PathLike], fields: set[str
     if name not in known:
         close = did_you_mean(name, known)
         hint = f"did you mean '{close}'?" if close else f"known tasks: {', '.join(known) or 'none'}"
-        where = ", ".join(map(str, task_dirs(dirs)))
+        where = ", ".join(map(str, bundled.TASKS.dirs(dirs)))
         return None, [f"task: unknown task '{name}'; {hint} (task files: {where})"]
     unit = known[name]()
     return unit, [f"task: {name}'s defaults set '{k}', which is not a recipe field" for k in unit.defaults

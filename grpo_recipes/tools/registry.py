@@ -31,18 +31,15 @@ import threading
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from transformers.utils import get_json_schema
 
 from .. import bundled
-from ..values import accepted, choice_hint, fits
+from ..values import choice_hint, value_problem
 from .episodes import ERROR_KINDS, error_message
 from .templates import INVALID_CALL
 
-ENV_TOOL_DIRS = "GRPO_RECIPES_TOOL_DIRS"
-_MODULE_PREFIX = "grpo_recipes._loaded_tools"
 MAX_RESULT_CHARS = 1000  # a tool result eats completion budget; past max_completion_length TRL drops the turn
 
 
@@ -203,6 +200,7 @@ def _spec(entry: Any) -> tuple[Any, dict]:
 def check_tool_specs(specs: list, environment_spec: Any, known: dict[str, ToolDef],
                      known_envs: dict[str, type]) -> list[str]:
     """All problems with a config's `tools:` and `environment:`, as messages naming the field and the fix."""
+    env_name, env_params = _spec(environment_spec) if environment_spec is not None else (None, None)
     problems, names = [], []
     for i, entry in enumerate(specs):
         where = f"tools[{i}]"
@@ -225,13 +223,12 @@ def check_tool_specs(specs: list, environment_spec: Any, known: dict[str, ToolDe
             problems.append(f"{where}.params.{p}: tool '{name}' has no setting '{p}'; it accepts: "
                             f"{', '.join(tdef.settings) or 'none'}")
         for p in sorted(set(params) & set(tdef.settings)):
-            hint = tdef.setting_types.get(p, Any)
-            if not fits(params[p], hint):
-                problems.append(f"{where}.params.{p}: {params[p]!r} is not {accepted(hint)}")
+            if why := value_problem(params[p], tdef.setting_types.get(p, Any)):
+                problems.append(f"{where}.params.{p}: {why}")
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"tools: '{dup}' appears twice; list each tool once")
     if environment_spec is not None:
-        name, params = _spec(environment_spec)
+        name, params = env_name, env_params
         if name not in known_envs:
             problems.append(f"environment: unknown environment {name!r}{choice_hint(name, list(known_envs))}. Known "
                             f"environments: {', '.join(known_envs) or 'none'}")
@@ -277,13 +274,8 @@ def environment_tools(cls: type) -> list[str]:
 
 # ---- discovery: the same folder search and by-path loading as rewards (registry.py), with its own name table ------
 
-def tool_dirs(extra: Iterable[str | os.PathLike] = ()) -> list[Path]:
-    """Folders searched for tool files: config-given, then $GRPO_RECIPES_TOOL_DIRS, ./tools, the shipped ones."""
-    return bundled.search_dirs(extra, ENV_TOOL_DIRS, "tools", bundled.tools_dir())
-
-
 def available(extra: Iterable[str | os.PathLike] = ()) -> dict[str, ToolDef]:
-    bundled.load_files(tool_dirs(extra), _MODULE_PREFIX, "tool")
+    bundled.TOOLS.load(extra)
     return registered()
 
 
