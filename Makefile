@@ -20,9 +20,8 @@ $(STAMP): pyproject.toml setup.py scripts/setup.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) sh scripts/setup.sh
 	touch $@
 
-# A bare `accelerate launch` gives a CPU process one OpenMP thread (OMP_NUM_THREADS=1). Kept on purpose: on the
-# project's shared 2-core VM two threads made the default run's steps 37-100 s against 41-46 s with one
-# (bench/README.md, Threads). `OMP_NUM_THREADS=2 make run` tries two.
+# A bare `accelerate launch` gives a CPU process one OpenMP thread (OMP_NUM_THREADS=1), on purpose: two are slower on a
+# busy 2-core machine (bench/README.md, Threads). `OMP_NUM_THREADS=2 make run` tries two.
 run: $(STAMP)
 	HF_HUB_OFFLINE=$(HF_HUB_OFFLINE) $(BIN)/accelerate launch recipes/math_grpo.py $(ARGS)
 

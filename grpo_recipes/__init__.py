@@ -3,8 +3,7 @@
 import os
 
 # Before anything imports torch: OpenMP threads that spin while they wait for work take the cores that generation,
-# the sandbox and evaluation need. On the busy 2-core machine, 2 spinning threads generated 4.3 tok/s, 1 thread
-# 15-19 and 2 passive threads 17.9 (bench/README.md "Threads"). A value set by the user wins.
+# the sandbox and evaluation need (bench/README.md, Threads). A value set by the user wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"

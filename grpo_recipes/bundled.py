@@ -109,7 +109,11 @@ class DropIns:
                     spec.loader.exec_module(module)
                 except Exception as exc:
                     del sys.modules[module_name]
-                    raise ImportError(f"{self.kind} file {file} failed to import: {type(exc).__name__}: {exc}") \
+                    hint = ""
+                    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("grpo_recipes."):
+                        hint = (" (a drop-in file imports its decorator from grpo_recipes.rewards, grpo_recipes.tools "
+                                "or grpo_recipes.tasks)")
+                    raise ImportError(f"{self.kind} file {file} failed to import: {type(exc).__name__}: {exc}{hint}") \
                         from exc
 
 

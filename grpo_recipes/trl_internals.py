@@ -537,10 +537,9 @@ def fused_head_on_labels():
     projects only the positions that have a label onto the vocabulary, on CPU as on Triton devices.
 
     TRL scores every position elsewhere than on Triton devices, so that tile shapes stay fixed for compilers (Neuron).
-    On CPU nothing compiles, and a position without a label (a prompt token: 55 of the ~73 tokens of a math default
-    sft row) is a vocabulary projection whose result is masked to zero. Scoring the labelled positions alone gives the
-    same loss, entropy, accuracy and gradient (tests/test_trl_contract.py) at 0.80x the CPU time of the math default's
-    sft micro-batches (bench/fused_head.py). Which positions are scored is decided by this one name in
+    On CPU nothing compiles, and a position without a label (a prompt token: most of a math default sft row) is a
+    vocabulary projection whose result is masked to zero. Scoring the labelled positions alone gives the same loss,
+    entropy, accuracy and gradient (tests/test_trl_contract.py) for less CPU (bench/fused_head.py). Which positions are scored is decided by this one name in
     trl.trainer.utils; the kernels read their own.
     """
     module = importlib.import_module("trl.trainer.utils")

@@ -309,3 +309,10 @@ def test_bad_param_values_stop_the_run_before_the_model_loads(where, run_env, mo
     assert ("rewards[0] (math_correctness).params.answer_form: 'expresion' is not one of 'literal', 'expression'; "
             "did you mean 'expression'?") in err
     assert "rewards[0] (math_correctness).params.timeout_s: 0 is not a number > 0" in err
+
+
+def test_a_drop_in_file_of_an_old_import_path_is_told_the_public_one(tmp_path):
+    (tmp_path / "old_style.py").write_text("from grpo_recipes.registry import reward\n")
+    with pytest.raises(ImportError, match=r"old_style.py failed to import: ModuleNotFoundError: .*grpo_recipes.registry"
+                                          r".* imports its decorator from grpo_recipes.rewards"):
+        registry.available([tmp_path])

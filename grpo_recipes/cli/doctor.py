@@ -62,9 +62,8 @@ from ..vllm.support import (
 DIST = "grpo-recipes"
 VLLM_TIMEOUT_S = 2.0
 GB = 1e9
-# A process's memory besides the model's: 0.52 GB RSS after the imports and the math default's rows (measured here),
-# then the trainer, tokenizer, evaluation and tracking: with 1 GB the estimates of four peaks measured on CPU are
-# 10% under to 17% over them (docs/reliability.md). On a GPU: its CUDA context.
+# A process's memory besides the model's (the imports, the rows, the trainer, tokenizer, evaluation and tracking; on a
+# GPU its CUDA context), as fits the peaks measured on CPU (docs/reliability.md).
 RUNTIME_BYTES = {"cpu": 1.0e9, "gpu": 0.5e9}
 LOGIT_COPIES = 4  # fp32 logits, their log-softmax and the two gradients, per token, in the loss's forward/backward
 
@@ -159,7 +158,7 @@ def torch_row(present: int, visible: int, cuda_build: bool, cpu_wanted: bool) ->
                f"torch {version}, CPU only (no GPU present)")
 
 
-def accelerate_row(acc: dict | None, path: str | None, gpus: int, training=None, set_fields=frozenset()) -> Row:
+def accelerate_row(acc: dict | None, path: str | None, gpus: int, training=None, explicit=frozenset()) -> Row:
     """The Accelerate config in use against the visible GPUs, and the batch geometry at its process count."""
     cpu = bool(acc and acc.get("use_cpu"))
     if acc is None:
@@ -192,7 +191,7 @@ def accelerate_row(acc: dict | None, path: str | None, gpus: int, training=None,
                 "per_device_eval_batch_size", "num_generations_eval")
         values = {k: getattr(training, k) for k in keys}
         values |= {k: getattr(training, k) for k in ("generation_batch_size", "steps_per_generation")
-                   if k in set_fields}
+                   if k in explicit}
         problems = batch_problems(values, processes)
         if problems:
             return Row("accelerate", "FAIL", f"{where}; with {processes} process(es): " + "; ".join(problems),

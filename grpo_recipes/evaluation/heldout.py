@@ -131,9 +131,8 @@ def generate_greedy_and_sampled(model, prompt_ids: list[list[int]], greedy: Gene
     generate() would prefill every prompt in full, once per returned sequence: k + 1 times. Here the prompts are
     prefilled once (prefill.py: the batch's common prefix once, each prompt's rest once) and the cache is copied for
     the greedy pass and for each of k sampling passes, one sample per prompt each: the tokens of generate() called
-    the same way, 0.62x the CPU of the default's evaluation (bench/eval_batch.py). A pass holds as many rows as the
-    greedy one, so the batch size bounds the KV cache whatever k is (bench/results/learning_budget15.md, session
-    18). `share_prefix=False` runs each prompt in full, once.
+    the same way, for less CPU (bench/eval_batch.py). A pass holds as many rows as the greedy one, so the batch size
+    bounds the KV cache whatever k is. `share_prefix=False` runs each prompt in full, once.
     """
     ready = prefill(model, prompt_ids, greedy.pad_token_id, share_prefix, always=k > 0)
     start = ready.ids.size(1)

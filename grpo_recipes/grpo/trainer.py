@@ -2,7 +2,7 @@
 
 RecipeTrainer implements the public hooks of trl_internals.HookedGRPOTrainer, which calls them from GRPOTrainer's
 private steps (that module names every TRL internal; its table says which hook stands for which step), and hands each
-hook to its features (features.base.TrainerFeature) in the order grpo_stage.FEATURES lists them. What it keeps itself
+hook to its features (features.base.TrainerFeature) in the order stages/grpo.py FEATURES lists them. What it keeps itself
 is what the features share:
 - the batch's rewards: `scored_rewards` receives TRL's own reward step's result, already gathered over all
   processes, and keeps it (with the completion lengths, gathered the same way, so rows line up) for the features that

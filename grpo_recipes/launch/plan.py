@@ -24,8 +24,8 @@ from .layout import OFF, LaunchPlan, Layout, Proc
 SERVER_GPU_MEMORY_UTILIZATION = 0.9
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 # Threads of each vLLM-on-CPU process (the trainer; the server's processes, whose model worker vLLM itself binds to
-# the cores it does not reserve for its engine: 1 of 2). On the 2-core machine this was measured on, a busy one, two
-# active OpenMP threads per process fell to 4 completion tokens/s, against 15-19 for 1 thread or 2 passive ones.
+# the cores it does not reserve for its engine: 1 of 2): two active OpenMP threads a process starve each other on a
+# busy 2-core machine (bench/README.md, Threads).
 CPU_THREADS = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 
 

@@ -1,1 +1,1 @@
-"""RecipeTrainer's features, one module each (base.TrainerFeature; grpo_stage.FEATURES lists them in order)."""
+"""RecipeTrainer's features, one file each (base.TrainerFeature; stages/grpo.py FEATURES lists them in order)."""

@@ -2,7 +2,7 @@
 
 A feature is declared once, in its own module: which config fields turn it on (`from_recipe`), its start-up checks
 (`problems`, `data_problems`), its trainer code (the hooks) and the alerts that watch its metrics (`detectors`). RecipeTrainer calls each hook of every feature in
-grpo_stage.FEATURES' order; every default leaves the batch, the loss and TRL's behaviour as they are. A hook gets the
+stages/grpo.py FEATURES' order; every default leaves the batch, the loss and TRL's behaviour as they are. A hook gets the
 trainer (trl_internals.HookedGRPOTrainer's public helpers, RecipeTrainer's glue: `captured_rewards`,
 `batch_inputs`, `trl_loss`) as its first argument.
 """

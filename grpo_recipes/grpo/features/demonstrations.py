@@ -39,7 +39,7 @@ class Demonstrations(TrainerFeature):
         if recipe.uses_tools:
             return ["demonstration_field: a demonstration is one text, not a tool episode; unset it for tool recipes"]
         if not recipe.demonstrate_unsolved_groups:
-            return []  # the column serves an sft stage only, which checks it (checks.stage_problems)
+            return []  # the column serves an sft stage only, which checks it (SFTStage.data_problems)
         return demonstration_column(field_, train)
 
     def attach(self, trainer) -> bool:

@@ -6,7 +6,7 @@
 - `scored_rewards`: the completions are message lists there; the batch's tool metrics (episodes.tool_metrics)
   join `metrics(mode)` like the diagnostics, and each episode's one-line transcript becomes an `episode` column of the
   completions table (Parquet keeps `tool_calls` only as a Python repr).
-The trainer's tool arguments (tools, environment, template) are grpo_stage.tool_kwargs'; the settings' checks,
+The trainer's tool arguments (tools, environment, template) are stages/grpo.py tool_kwargs'; the settings' checks,
 shared with the sft stage's tool trajectories, are checks.tool_problems.
 """
 
