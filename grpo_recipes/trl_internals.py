@@ -105,7 +105,8 @@ CONTRACT = (
           breaks="share_prompt_forward (the loss's log-probabilities from the group's shared prompt cache)"),
     Entry("_metrics", GRPO, ATTRIBUTE,
           breaks="every metric the recipes add (diag/*, tools/*, frac_rows_skipped, frac_rows_prompt_shared, "
-                 "frac_groups_demonstrated, rewards/<name>/sampled_mean): TRL's `log` averages this dict of lists"),
+                 "demonstrations/*, the policy's own reward means in place of the trained batch's): TRL's `log` "
+                 "averages this dict of lists"),
     Entry("_log_completion_extra", GRPO, METHOD, params=("column", "values"),
           breaks="the `episode` and `demonstration` columns of the completions table, and muting reward functions' "
                  "log_extra while demonstration_field scores quietly"),

@@ -1,5 +1,6 @@
 """demonstration_field: a group that none of its completions solves trains on its row's worked solution in place of
-its last completion; `rewards/<name>/sampled_mean` stays the sampled completions' alone."""
+its last completion; `rewards/<name>/mean`, `reward` and `diag/*` stay the sampled completions' alone, the trained
+batch's are `demonstrations/*`."""
 
 import json
 import sqlite3
@@ -81,9 +82,12 @@ def test_unsolved_groups_train_on_the_worked_solution_and_the_metrics_stay_the_p
         logs = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics ORDER BY id")]
     logs = [r for r in logs if "train/loss" in r]
     # A random tiny model solves nothing: every group gets its demonstration, and none of them counts as a sample.
-    assert [r["train/frac_groups_demonstrated"] for r in logs] == [1.0, 1.0]
-    assert all(r["train/rewards/math_correctness/sampled_mean"] == 0.0 for r in logs)
-    assert all(r["train/rewards/math_correctness/mean"] == 0.25 for r in logs)  # TRL's: one row in four
+    assert [r["train/demonstrations/frac_groups"] for r in logs] == [1.0, 1.0]
+    for r in logs:  # what a person reads as the policy's: its samples solve nothing
+        assert r["train/rewards/math_correctness/mean"] == 0.0 and r["train/diag/pass@1"] == 0.0
+        assert r["train/diag/pass@k"] == 0.0 and r["train/diag/solve_none"] == 1.0
+        assert r["train/demonstrations/rewards/math_correctness/mean"] == 0.25  # the trained batch: one row in four
+        assert r["train/demonstrations/reward"] > r["train/reward"]
     table = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
     shown = table[table["demonstration"]]
     assert len(shown) == len(table) // 4  # the last of each group of 4
@@ -100,3 +104,16 @@ def test_a_demonstration_column_missing_from_the_rows_is_a_start_up_error(tiny_m
                       "true")
     assert proc.returncode != 0
     assert "demonstration_field: 40 of 40 training rows have no 'solution' text" in proc.stderr
+
+
+def test_demonstrations_and_dynamic_sampling_are_refused_together():
+    """A demonstration makes an unsolved group informative, so dynamic sampling would never replace it: the two
+    decide the same groups, and the policy's own metrics could not be told from the demonstrations' across rounds."""
+    from grpo_recipes.config.schema import RecipeArguments
+    from grpo_recipes.grpo.features.demonstrations import Demonstrations
+
+    both = RecipeArguments(demonstration_field="worked_solution", dynamic_sampling=True)
+    [problem] = Demonstrations.problems(both, None)
+    assert problem.startswith("demonstrate_unsolved_groups, dynamic_sampling: both on")
+    assert Demonstrations.problems(RecipeArguments(demonstration_field="worked_solution", dynamic_sampling=True,
+                                                   demonstrate_unsolved_groups=False), None) == []

@@ -147,3 +147,18 @@ def test_config_problems_name_the_field():
         assert field in text
     same = RecipeArguments(rewards=[{"name": "math_correctness"}], format_reward="math_correctness")
     assert reward_setting_problems(same) == ["format_reward: must differ from the correctness reward"]
+
+
+def test_a_demonstrated_row_counts_as_the_unsolved_sample_it_replaced():
+    """Demonstrations (features/demonstrations.py) put a correct completion last in every group the policy did not
+    solve: the solve rates and pass@k read the policy's own samples, the rest the batch trained on."""
+    spec = DiagnosticsSpec(reward_names=("correct",), correctness_index=0, k=2, normalised=True)
+    rewards = torch.tensor([[0.0], [0.0], [0.0], [1.0], [1.0], [0.0], [0.0], [1.0]])  # rows 3 and 7: demonstrations
+    demonstrated = torch.tensor([False, False, False, True, False, False, False, True])
+    advantages, lengths = torch.zeros(8), torch.arange(8.0)
+    trained = batch_diagnostics(rewards, torch.ones(1), advantages, lengths, 4, spec)
+    policy = batch_diagnostics(rewards, torch.ones(1), advantages, lengths, 4, spec, demonstrated)
+    assert trained["diag/pass@1"] == pytest.approx(0.375) and trained["diag/solve_none"] == 0.0
+    assert policy["diag/pass@1"] == pytest.approx(0.125)  # the second group's first row, its own sample
+    assert (policy["diag/solve_none"], policy["diag/solve_mixed"]) == (0.5, 0.5)
+    assert policy["diag/frac_equal_groups"] == trained["diag/frac_equal_groups"]  # the batch trained on

@@ -39,7 +39,7 @@ def test_two_process_cpu_run_trains_and_logs_once(tiny_model_dir, run_env):
     # (a random tiny model solves nothing), and the table, gathered in process order, shows one per group of 4.
     sft, *grpo = [r for r in records if "train/loss" in r]
     assert sft["train/loss"] > 0 and "train/reward" not in sft  # the sft stage's step: SFTTrainer's loss
-    assert [r["train/frac_groups_demonstrated"] for r in grpo] == [1.0, 1.0]
+    assert [r["train/demonstrations/frac_groups"] for r in grpo] == [1.0, 1.0]
     table = pd.concat([pd.read_parquet(p) for p in sorted((out / "completions").glob("*.parquet"))])
     assert table["demonstration"].tolist() == [i % 4 == 3 for i in range(12)] * 2
 

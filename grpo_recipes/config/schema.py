@@ -206,9 +206,10 @@ class FeatureArguments:
                           "`-(5 + 2) = -(7) = -7. \\boxed{-7}`). A group that none of its sampled completions "
                           "solves (correctness_reward at correctness_threshold) gets the demonstration in place of "
                           "its last completion, so a question the policy never solves still teaches (off-policy "
-                          "guidance, as in LUFFY, arXiv:2504.14945). TRL's rewards/* metrics count the "
-                          "demonstrations, rewards/<name>/sampled_mean does not; the completions table marks them. "
-                          "Each sampled completion is scored twice. Not with tools."},
+                          "guidance, as in LUFFY, arXiv:2504.14945). rewards/*, reward and diag/* stay the policy's "
+                          "own samples'; the trained batch's means are demonstrations/*, the completions table marks "
+                          "the demonstrations. Each sampled completion is scored twice. Not with tools or dynamic "
+                          "sampling; demonstrate_unsolved_groups: false keeps GRPO on-policy."},
     )
     demonstrate_unsolved_groups: bool = field(
         default=True,

@@ -8,6 +8,7 @@ is what the features share:
   processes, and keeps it (with the completion lengths, gathered the same way, so rows line up) for the features that
   read them (`captured_rewards`) until the batch is scored (`scored_batch`);
 - the rows being generated (`batch_inputs`): the generation batch's, or a refill round's (`generate_and_score`);
+- the rows a demonstration took (`demonstrated`), for the diagnostics to count as the policy's unsolved samples;
 - the loss chain: the first feature's loss that is not None, else TRL's (`trl_loss`).
 
 `log` logs TRL's completions table once per step: not again with the end-of-training summary.
@@ -32,6 +33,9 @@ class RecipeTrainer(HookedGRPOTrainer):
             super().__init__(*args, **kwargs)
         self._captured: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self.batch_inputs: list[dict] | None = None
+        # The gathered rows of the batch being scored whose sampled completion a demonstration replaced (None: no
+        # demonstration): what the policy sampled there, it did not solve (features/demonstrations.py).
+        self.demonstrated: torch.Tensor | None = None
         self.features = [f for f in features if f is not None and f.attach(self)]
         self._keeps_rewards = any(f.reads_rewards for f in self.features)
         self._keeps_lengths = any(f.reads_lengths for f in self.features)
@@ -102,7 +106,7 @@ class RecipeTrainer(HookedGRPOTrainer):
         self.batch_inputs = None
         for feature in self.features:
             output = feature.scored_batch(self, inputs, output)
-        self._captured = None
+        self._captured, self.demonstrated = None, None
         return output
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

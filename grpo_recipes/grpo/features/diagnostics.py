@@ -119,8 +119,11 @@ def batch_diagnostics(
     lengths: torch.Tensor,
     group_size: int,
     spec: DiagnosticsSpec,
+    demonstrated: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """All diagnostics of one generation batch. A metric that is undefined for this batch is absent, not NaN."""
+    """All diagnostics of one generation batch. A metric that is undefined for this batch is absent, not NaN.
+    `demonstrated`: rows whose sampled completion a demonstration replaced; the solve rates and pass@k are the
+    policy's, so such a row counts as the unsolved sample it was (the rest describe the batch trained on)."""
     rows = rewards_per_func.shape[0]
     if rows % group_size or advantages.numel() != rows or lengths.numel() != rows:
         raise ValueError(
@@ -128,6 +131,8 @@ def batch_diagnostics(
             f"do not form groups of {group_size}"
         )
     correctness = rewards_per_func[:, spec.correctness_index]
+    if demonstrated is not None:
+        correctness = correctness.masked_fill(demonstrated.to(correctness.device), -math.inf)
     total = total_reward(rewards_per_func, weights)
     finite = total[torch.isfinite(total)]
     max_abs = float(finite.abs().max()) if finite.numel() else 0.0
@@ -166,7 +171,8 @@ class Diagnostics(TrainerFeature):
         mode = "train" if trainer.model.training else "eval"
         group = trainer.num_generations if mode == "train" else trainer.num_generations_eval
         advantages = trainer.accelerator.gather(output["advantages"].detach())
-        metrics = batch_diagnostics(rewards_per_func, trainer.reward_weights, advantages, lengths, group, self.spec)
+        metrics = batch_diagnostics(rewards_per_func, trainer.reward_weights, advantages, lengths, group, self.spec,
+                                    trainer.demonstrated)
         for name, value in metrics.items():
             trainer.metrics(mode)[name].append(value)
         return output
