@@ -87,3 +87,39 @@ def test_a_new_task_runs_sft_then_grpo_from_its_own_folder(tiny_model_dir, run_e
         logs = [json.loads(m) for (m,) in con.execute("SELECT metrics FROM metrics ORDER BY id")]
     trained = [m for m in logs if "train/loss" in m]
     assert len(trained) == 2 and "train/rewards/spelled_backward/mean" in trained[1]
+
+
+@pytest.mark.parametrize("default, message", [
+    ("num_generations", "task: odd_num_generations's defaults set 'num_generations', a training setting: a task's "
+                        "defaults set recipe fields (its data, prompt, rewards, evaluation); set it in the config"),
+    ("prompt_templat", "task: odd_prompt_templat's defaults set 'prompt_templat', not a recipe field; did you mean "
+                       "`prompt_template`?"),
+])
+def test_a_task_default_that_is_no_recipe_field_is_named_with_the_fix(default, message, tmp_path):
+    (tmp_path / "odd.py").write_text(
+        "from grpo_recipes.tasks import Task, task\n\n"
+        f"@task('odd_{default}')\nclass Odd(Task):\n    defaults = {{'{default}': 4}}\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(["--task", f"odd_{default}", "--task_dirs", str(tmp_path)], MATH)
+    assert message in str(err.value)
+
+
+def test_rewards_check_finds_a_task_files_reward_and_checks_it_on_the_tasks_rows(tmp_path, monkeypatch, capsys):
+    """As docs/tasks.md says: from the folder with tasks/, `grpo-recipes rewards check NAME` needs no flag."""
+    from grpo_recipes.cli import main
+
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "gym_sum.py").write_text(
+        "from grpo_recipes.rewards import reward\nfrom grpo_recipes.tasks import Task, task\n\n"
+        "@reward('sum_answer_only')\ndef sum_answer_only(completions, answer, *, scale: float = 2.0):\n"
+        "    return [scale * float(c.strip().endswith(str(a))) for c, a in zip(completions, answer)]\n\n"
+        "@task('gym_sum')\nclass GymSum(Task):\n"
+        "    defaults = {'gym_task': 'basic_arithmetic', 'rewards': [{'name': 'sum_answer_only', "
+        "'params': {'scale': 1.0}}]}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["rewards", "check", "sum_answer_only", "--rows", "3", "--no-fuzz"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "reward sum_answer_only  (tasks/gym_sum.py)" in out and 'params {"scale": 1.0}' in out  # the task's params
+    assert main(["rewards", "check", "sum_answer_onyl"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown reward 'sum_answer_onyl'" in err and "--task-dir add folders" in err

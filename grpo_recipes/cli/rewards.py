@@ -4,19 +4,28 @@
     grpo-recipes rewards check math_correctness --rows 8
     grpo-recipes rewards check json_schema --config recipes/configs/json_cpu.yaml
     grpo-recipes rewards check my_reward --rows-file rows.jsonl --params '{"strict": true}'
+    grpo-recipes rewards check spelled_backward         # a reward in a task file: checked on that task's rows
+
+Rewards are found as a run finds them: the reward folders (./rewards, $GRPO_RECIPES_REWARD_DIRS, the shipped ones,
+--reward-dir) and the task folders (./tasks, $GRPO_RECIPES_TASK_DIRS, the shipped ones, --task-dir), whose files may
+define rewards of their own. A reward a task file defines is checked on that task's rows, with the params its
+defaults give it.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
 from pathlib import Path
 
+from .. import bundled
 from ..config.resolve import resolve
 from ..rewards import registry
 from ..rewards.check import check_reward, default_rows
+from ..tasks import registry as tasks
 from ..tasks.data import load_splits
 
 
@@ -27,6 +36,7 @@ def register(subparsers) -> None:
 
     ls = sub.add_parser("list", help="name, columns, params (default, accepted values), doc and source of every reward")
     ls.add_argument("--reward-dir", action="append", default=[], help="extra folder of reward files")
+    ls.add_argument("--task-dir", action="append", default=[], help="extra folder of task files")
     ls.set_defaults(func=cmd_list)
 
     check = sub.add_parser("check", help="run one reward on rows with good, bad, malformed and fuzz completions")
@@ -38,6 +48,7 @@ def register(subparsers) -> None:
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--no-fuzz", action="store_true", help="skip the huge random completions")
     check.add_argument("--reward-dir", action="append", default=[], help="extra folder of reward files")
+    check.add_argument("--task-dir", action="append", default=[], help="extra folder of task files")
     check.set_defaults(func=cmd_check)
 
 
@@ -46,8 +57,14 @@ def _relative(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def known_rewards(reward_dirs: list, task_dirs: list) -> tuple[dict, dict]:
+    """(rewards by name, tasks by name), loaded as a run loads them: the task files may define rewards too."""
+    task_classes = tasks.available(task_dirs)
+    return registry.available(reward_dirs), task_classes
+
+
 def cmd_list(args) -> int:
-    for rdef in registry.available(args.reward_dir).values():
+    for rdef in known_rewards(args.reward_dir, args.task_dir)[0].values():
         print(f"{rdef.name}  ({_relative(rdef.source)})")
         print(f"    {rdef.doc or '(no docstring)'}")
         print(f"    columns: {', '.join(rdef.columns) or '-'}    params:{'' if rdef.params else ' -'}")
@@ -63,6 +80,18 @@ def _config_rows(path: Path, n: int):
     train, _held_out = load_splits(recipe, config.task)
     rows = train.select(range(min(n, len(train)))).to_list()
     return rows, recipe.reward_specs, list(recipe.reward_dirs or [])
+
+
+def _task_rows(rdef, task_classes: dict, n: int):
+    """(rows, the params the task gives the reward) when a task file defines `rdef`, else None: the task's own
+    training rows, through the recipe's data loader."""
+    name = next((n for n, cls in task_classes.items() if Path(inspect.getsourcefile(cls)) == Path(rdef.source)), None)
+    if name is None:
+        return None
+    config = resolve(["--task", name, "--train_size", str(n), "--eval_size", "0", "--report_to", "none"], name=name)
+    train, _held_out = load_splits(config.recipe, config.task)
+    params = next((s.params for s in config.recipe.reward_specs if s.name == rdef.name), {})
+    return train.select(range(min(n, len(train)))).to_list(), params
 
 
 def _file_rows(path: Path, n: int) -> list[dict]:
@@ -89,13 +118,16 @@ def cmd_check(args) -> int:
             dirs += config_dirs
         elif args.rows_file:
             rows = _file_rows(args.rows_file, args.rows)
-        known = registry.available(dirs)
+        known, task_classes = known_rewards(dirs, args.task_dir)
         if args.name not in known:
-            raise ValueError(f"unknown reward '{args.name}'; known: {', '.join(known)}")
+            searched = [*bundled.REWARDS.dirs(dirs), *bundled.TASKS.dirs(args.task_dir)]
+            raise ValueError(f"unknown reward '{args.name}'; known: {', '.join(known)} (searched "
+                             f"{', '.join(map(str, searched))}; --reward-dir and --task-dir add folders)")
         rdef = known[args.name]
-        if not (args.config or args.rows_file):
-            rows = default_rows(rdef, args.rows, args.seed)
         from_config = next((s.params for s in specs if s.name == args.name), {})
+        if not (args.config or args.rows_file):
+            own = _task_rows(rdef, task_classes, args.rows)
+            rows, from_config = own if own is not None else (default_rows(rdef, args.rows, args.seed), {})
         spec = registry.RewardSpec(args.name, params={**from_config, **params})
         problems = registry.check_specs([spec], known, columns=set(rows[0]) if rows else None)
         if not rows:

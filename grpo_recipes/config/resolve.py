@@ -73,7 +73,8 @@ def resolve(argv: list[str] | None = None, default_config: Path | None = None, *
         raise ConfigError(problems)
     values = namespace(parser, given, flags)
     explicit = frozenset(file) | {a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")}
-    task, problems = tasks.resolve(values["task"], _listed(values["task_dirs"]), set(init_fields(RecipeArguments)))
+    task, problems = tasks.resolve(values["task"], _listed(values["task_dirs"]), set(init_fields(RecipeArguments)),
+                                   parser.known())
     if problems:
         raise ConfigError(problems)
     if name is None:  # recipes/train.py: any config, named after its task

@@ -72,9 +72,11 @@ def available(extra: Iterable[str | os.PathLike] = ()) -> dict[str, type[Task]]:
     return dict(sorted(_TASKS.items()))
 
 
-def resolve(name: str | None, dirs: Iterable[str | os.PathLike], fields: set[str]) -> tuple[Task | None, list[str]]:
+def resolve(name: str | None, dirs: Iterable[str | os.PathLike], fields: set[str],
+            settings: set[str] = frozenset()) -> tuple[Task | None, list[str]]:
     """(the task `name` names, or None when it is unset; its problems): an unknown task, or defaults that name no
-    field of `fields` (RecipeArguments'). Loads the task files, nothing else."""
+    recipe field (`fields`, RecipeArguments'; `settings`: the training and model fields, which a config sets, not a
+    task). Loads the task files, nothing else."""
     try:
         known = available(dirs)
     except ImportError as exc:  # a task file that does not import names itself
@@ -86,9 +88,16 @@ def resolve(name: str | None, dirs: Iterable[str | os.PathLike], fields: set[str
         hint = f"did you mean '{close}'?" if close else f"known tasks: {', '.join(known) or 'none'}"
         where = ", ".join(map(str, bundled.TASKS.dirs(dirs)))
         return None, [f"task: unknown task '{name}'; {hint} (task files: {where})"]
-    unit = known[name]()
-    return unit, [f"task: {name}'s defaults set '{k}', which is not a recipe field" for k in unit.defaults
-                  if k not in fields]
+    unit, problems = known[name](), []
+    for key in (k for k in unit.defaults if k not in fields):
+        if key in settings:
+            why = "a training setting: a task's defaults set recipe fields (its data, prompt, rewards, evaluation); " \
+                  "set it in the config"
+        else:
+            close = did_you_mean(key, fields)
+            why = f"not a recipe field; did you mean `{close}`?" if close else "not a recipe field"
+        problems.append(f"task: {name}'s defaults set '{key}', {why}")
+    return unit, problems
 
 
 def defaults(unit: Task | None, explicit: frozenset[str]) -> dict[str, Any]:
