@@ -278,3 +278,36 @@ def test_the_sampled_gain_pairs_each_questions_share_of_solving_samples():
     assert g["se"] == pytest.approx(0.25)  # differences (+0.5, 0): sample sd 0.354, over sqrt(2)
     # Greedy only (eval_k 0): there is no sampled gain to report, not a gain of zero.
     assert paired_gain(rec(()), rec(()), threshold=1.0, solved=solved_sampled) is None
+
+
+def test_an_evaluation_reports_its_rows_as_they_are_done(monkeypatch):
+    """A progress bar over the held-out rows (tqdm gives the time left), fed batch by batch."""
+    from grpo_recipes.evaluation import heldout
+
+    seen = []
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            seen.append(("total", total, kwargs["unit"], kwargs["delay"]))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n):
+            seen.append(("done", n))
+
+    monkeypatch.setattr(heldout, "tqdm", Bar)
+    monkeypatch.setattr(heldout, "prompt_token_ids", lambda tok, prompts, *a: [[1]] * len(prompts))
+    monkeypatch.setattr(heldout, "generate_greedy_and_sampled", lambda model, ids, *a: ([[2]] * len(ids), []))
+    monkeypatch.setattr(heldout, "scored_records", lambda tok, batch, *a: [{} for _ in batch])
+
+    class Tokenizer:
+        pad_token_id = 0
+
+    settings = heldout.EvalSettings(max_new_tokens=4, batch_size=4, k=0)
+    rows = [{"prompt": [{"role": "user", "content": str(i)}]} for i in range(10)]
+    assert len(heldout.evaluate_rows(None, Tokenizer(), rows, None, None, settings, [0])) == 10
+    assert seen == [("total", 10, "row", 2), ("done", 4), ("done", 4), ("done", 2)]

@@ -19,7 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from accelerate import PartialState
 from accelerate.utils import gather_object
+from tqdm.auto import tqdm
 from transformers import GenerationConfig, Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.models import unwrap_model_for_generation
@@ -176,9 +178,11 @@ def evaluate_episodes(model, tokenizer, rows: list[dict], correctness, fmt, sett
     common = dict(max_completion_length=settings.max_new_tokens, max_iterations=max_iter,
                   batch_size=settings.batch_size, chat_template_kwargs=settings.chat_template_kwargs)
     prompts = [r["prompt"] for r in rows]
-    greedy = rollout(model, tokenizer, prompts, settings.tools, **common)
-    sampled = rollout(model, tokenizer, [p for p in prompts for _ in range(settings.k)], settings.tools, sample=True,
-                      temperature=settings.temperature, **common) if settings.k else []
+    with progress_bar(len(rows) * (1 + settings.k)) as bar:
+        greedy = rollout(model, tokenizer, prompts, settings.tools, progress=bar.update, **common)
+        sampled = rollout(model, tokenizer, [p for p in prompts for _ in range(settings.k)], settings.tools,
+                          sample=True, temperature=settings.temperature, progress=bar.update,
+                          **common) if settings.k else []
 
     def scored(func, episodes, per_row):
         texts = [transcript(e["messages"]) for e in episodes]
@@ -201,13 +205,23 @@ def evaluate_rows(model, tokenizer, rows: list[dict], correctness, fmt, settings
     greedy_cfg = generation_config(settings, False, pad_id, eos_ids)
     sample_cfg = generation_config(settings, True, pad_id, eos_ids)
     records = []
-    for start in range(0, len(rows), settings.batch_size):
-        batch = rows[start : start + settings.batch_size]
-        ids = prompt_token_ids(tokenizer, [r["prompt"] for r in batch], settings, chat_template)
-        greedy, sampled = generate_greedy_and_sampled(model, ids, greedy_cfg, sample_cfg, settings.k, eos_ids,
-                                                      settings.share_prefix)
-        records += scored_records(tokenizer, batch, greedy, sampled, correctness, fmt, settings.k, trainer_state)
+    with progress_bar(len(rows)) as bar:
+        for start in range(0, len(rows), settings.batch_size):
+            batch = rows[start : start + settings.batch_size]
+            ids = prompt_token_ids(tokenizer, [r["prompt"] for r in batch], settings, chat_template)
+            greedy, sampled = generate_greedy_and_sampled(model, ids, greedy_cfg, sample_cfg, settings.k, eos_ids,
+                                                          settings.share_prefix)
+            records += scored_records(tokenizer, batch, greedy, sampled, correctness, fmt, settings.k,
+                                      trainer_state)
+            bar.update(len(batch))
     return records
+
+
+def progress_bar(rows: int) -> tqdm:
+    """The held-out rows done, with the time left, on this machine's main process; shown once an evaluation has
+    run for two seconds (a short one stays silent)."""
+    return tqdm(total=rows, desc="held-out evaluation", unit="row", delay=2, leave=False, dynamic_ncols=True,
+                disable=not PartialState().is_local_main_process)
 
 
 def scored_records(tokenizer, batch: list[dict], greedy: list[list[int]], sampled: list[list[int]], correctness, fmt,

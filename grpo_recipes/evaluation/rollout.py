@@ -71,9 +71,10 @@ def _generate(model, tokenizer, seqs: list[list[int]], max_new: list[int], sampl
 
 def rollout(model, tokenizer, prompts: list[list[dict]], tools: list[Callable], *, max_completion_length: int = 128,
             max_iterations: int = 2, batch_size: int = 16, sample: bool = False, temperature: float = 1.0,
-            chat_template_kwargs: dict | None = None) -> list[dict]:
+            chat_template_kwargs: dict | None = None, progress: Callable[[int], object] | None = None) -> list[dict]:
     """-> one record per prompt: {"messages": completion messages, "completion_ids": model and tool tokens,
-    "model_tokens": int, "tool_tokens": int}. The caller sets eval mode and seeds the RNG (evaluate.evaluate)."""
+    "model_tokens": int, "tool_tokens": int}. The caller sets eval mode and seeds the RNG (heldout.evaluate);
+    `progress` hears of each batch's prompts once they are done."""
     table = dispatch(tools, [t.__name__ for t in tools])
     records = []
     for start in range(0, len(prompts), batch_size):
@@ -108,4 +109,6 @@ def rollout(model, tokenizer, prompts: list[list[dict]], tools: list[Callable], 
                 break
         records += [{"messages": m, "completion_ids": c, "model_tokens": len(c) - t, "tool_tokens": t}
                     for m, c, t in zip(msgs, comp, tool_tokens, strict=True)]
+        if progress is not None:
+            progress(len(batch))
     return records
