@@ -90,3 +90,13 @@ def test_at_equal_weight_a_placeholder_earns_half(recipe_rows_and_rewards):
     placeholder = next(h for h in hacks.CATALOG if h.name == "placeholder_record")
     totals = _totals(equal, rows, [placeholder.make(r, {}) for r in rows])
     assert statistics.fmean(totals) > 2.0 / 2  # above half of the maximum, 2.0
+
+
+def test_each_rows_demonstration_earns_the_maximum(recipe_rows_and_rewards):
+    """The sft stage imitates the demonstrations: each must be a record the rewards pay in full, in the form the
+    prompt asks for, within the length the penalty allows."""
+    train, held_out, rewards = recipe_rows_and_rewards
+    rows = train + held_out
+    best = sum(spec.weight for spec, _ in rewards if spec.name in ("json_schema", "json_field_accuracy"))
+    assert all(r["demonstration"].startswith("```json\n") for r in rows)
+    assert _totals(rewards, rows, [r["demonstration"] for r in rows]) == [pytest.approx(best)] * len(rows)
