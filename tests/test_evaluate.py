@@ -159,6 +159,13 @@ def test_eval_cli_on_a_checkpoint(tiny_model_dir, run_env):
     assert report["correctness_reward"] == "math_correctness" and report["format_reward"] == "boxed_format"
     assert report["pass_at_1"] is not None and report["format_rate"] is not None
     assert 1 <= report["mean_length"] <= 6
+    # --k 0 is greedy pass@1 only, as eval_k 0 is (the config's eval_k is not taken instead)
+    assert main(["eval", "--recipe", "math", "--model", str(tiny_model_dir), "--limit", "2", "--k", "0", "--output",
+                 str(out), "--", "--max_completion_length", "4", "--eval_k", "3",
+                 "--output_dir", str(run_env / "unused")]) == 0
+    report = json.loads(out.read_text())
+    assert report["k"] == 0 and report["pass_at_k"] is None
+    assert main(["eval", "--recipe", "math", "--model", str(tiny_model_dir), "--k", "-1"]) == 2
     assert main(["eval", "--recipe", "nosuchrecipe", "--model", str(tiny_model_dir)]) == 2
 
 

@@ -37,7 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--config", help="recipe YAML to read instead of the recipe's default config")
     p.add_argument("--model", required=True, help="model folder or Hub id (e.g. outputs/math_grpo)")
     p.add_argument("--limit", type=int, help="evaluate at most N held-out rows")
-    p.add_argument("--k", type=int, help="samples per prompt for pass@k (default: the config's eval_k)")
+    p.add_argument("--k", type=int, help="samples per prompt for pass@k; 0: greedy pass@1 only (default: the config's "
+                                        "eval_k)")
     p.add_argument("--output", help="also write the result as JSON to this file")
     p.add_argument("overrides", nargs=argparse.REMAINDER, help="recipe config flags, after --")
     p.set_defaults(func=run)
@@ -50,9 +51,9 @@ def run(args) -> int:
               "pass --config YAML", file=sys.stderr)
         return 2
     overrides = [a for a in args.overrides if a != "--"]
-    for flag, value in (("--k", args.k), ("--limit", args.limit)):
-        if value is not None and value < 1:
-            print(f"error: {flag}: must be >= 1, got {value}", file=sys.stderr)
+    for flag, value, least in (("--k", args.k, 0), ("--limit", args.limit, 1)):
+        if value is not None and value < least:
+            print(f"error: {flag}: must be >= {least}, got {value}", file=sys.stderr)
             return 2
     try:
         # for_training=False: the config's output_dir may well hold the checkpoints of the run being evaluated.
