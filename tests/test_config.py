@@ -64,10 +64,13 @@ def test_run_name_is_derived_from_the_config():
     assert resolve(["--seed", "7"], DEFAULT, name="math").training.project == "grpo-recipes-math"
 
 
-def test_run_name_of_another_config_file_and_a_long_change_fits_the_sidebar(tmp_path):
+def test_run_name_of_another_config_file_and_a_long_change_fits_the_sidebar(tmp_path, monkeypatch):
     mine = tmp_path / "my_config.yaml"
     mine.write_text(DEFAULT.read_text())
     assert resolve(["--config", str(mine), "--seed", "3"], DEFAULT, name="math").training.run_name == "my_config-seed3"
+    monkeypatch.chdir(REPO)  # the recipe's own config, named on the command line by another path
+    own = resolve(["--config", str(DEFAULT.relative_to(REPO)), "--seed", "3"], DEFAULT, name="math")
+    assert own.training.run_name == "seed3"
     # Many changes: the first that fit, then `+` and a digest of the rest, so that runs differing only there differ.
     flags = ["--model_name_or_path", "some/where/tiny_llama0", "--max_steps", "3", "--num_generations", "4"]
     names = [resolve([*flags, *more, "--seed", seed], DEFAULT, name="math").training.run_name

@@ -158,7 +158,8 @@ def changes(values: dict[str, Any], base: dict[str, Any], flags: list[str], path
     """What this run changed from the recipe's default config, in the order given, as name labels: the config
     file's stem when it is not the recipe's default, then each flag that moved a value away from the file's (`base`:
     the values without the flags). Bookkeeping keys do not count."""
-    labels = [path.stem] if path is not None and path != default_config else []
+    recipes_own = path is None or default_config is not None and path.resolve() == default_config.resolve()
+    labels = [] if recipes_own else [path.stem]
     keys = [a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")]
     for key in dict.fromkeys(k[3:] if k not in values and k.startswith("no_") else k for k in keys):
         if key in values and values[key] != base.get(key) and not _bookkeeping(key):
