@@ -28,7 +28,9 @@ The rest of the package uses public names. What it needs from TRL's internals it
 - `seeded_repeat_sampler(dataloader)`, `set_epoch_order(sampler, epoch)`: TRL's RepeatSampler (checkpoint.py);
 - `prompt_key_values`, `fused_logps_after`, `non_full_attention_cache`: the model's key/value cache layers
   (transformers' DynamicCache / DynamicLayer) and TRL's fused LM head (prompt_sharing.py);
-- `fused_head_on_labels()`: TRL's fused LM head scoring only the positions with a label on CPU too (runner.py).
+- `fused_head_on_labels()`: TRL's fused LM head scoring only the positions with a label on CPU too (runner.py);
+- `PROFILED_BLOCKS`: what each block TRL times (its `profiling/Time taken: <Trainer>.<name>` rows) is, in a public
+  word: the Trackio key it is logged under (tracking.py).
 
 CONTRACT lists each internal name relied on: where it lives, what is relied on (a signature's parameters, an
 attribute, a module-level name, a class's fields), and what breaks without it. tests/test_trl_contract.py checks every
@@ -118,6 +120,9 @@ CONTRACT = (
     Entry("_sync_tool_dicts", GRPO, ATTRIBUTE,
           breaks="the INVALID_CALL tool added to each rollout's tool table: a malformed call would end its episode "
                  "silently (tool_tables raises instead)"),
+    Entry("_prepare_inputs", GRPO, METHOD, params=("generation_batch",),
+          breaks="nothing but a name on the dashboard: TRL times this step as `_prepare_inputs`, logged as "
+                 "walltime/prepare_batch (PROFILED_BLOCKS); renamed, it shows under its new name"),
     Entry("_dist", GRPO, ATTRIBUTE,
           breaks="held-out evaluation under FSDP (v1): parameters gathered as TRL's generation gathers them"),
     Entry("summon_full_params", "trl.distributed:DistributedBackend", METHOD, params=("module",),
@@ -550,3 +555,21 @@ def fused_head_on_labels():
         yield
     finally:
         module._use_triton = original
+
+
+# ------------------------------------------------------------------------------------------ TRL's profiled blocks
+
+# TRL's profiling_decorator and profiling_context log the seconds a block took as `profiling/Time taken:
+# <Trainer class>.<name>`, named after a private method or a reward function. What each named block times, in the
+# word tracking.py logs it under (walltime/<word>; a reward function's own block: walltime/rewards/<its name>). A block
+# TRL adds or renames is logged under its own name, underscores stripped: reading TRL's profiling_* uses again after
+# an upgrade keeps the names public (tests/test_dashboard.py lists a run's timings).
+PROFILED_BLOCKS = {
+    "transformers.generate": "generation", "transformers.generate_batch": "generation", "vLLM.generate": "generation",
+    "sync_weights": "weight_sync",  # the policy's weights sent to vLLM
+    "_prepare_inputs": "prepare_batch",  # each micro-batch: the generation and scoring when a new batch is due
+    "_calculate_rewards": "rewards",  # every reward function of a batch
+    "_get_per_token_logps_and_entropies": "logprobs",  # a forward pass for per-token log-probs (and entropies)
+    "_get_last_hidden_state": "hidden_states",  # a DistillationTrainer forward pass
+    "compute_loss": "loss",  # the loss's forward pass (its backward is not timed)
+}

@@ -158,11 +158,11 @@ def _trackio_db(path: Path, rows: list[tuple[str, int, dict]]) -> Path:
 
 
 def _logged_run(run: str, last: int) -> list[tuple[str, int, dict]]:
-    """What one run logs per step s, each row at s (tracking.TrackioRun): profiling rows, the train record, the
+    """What one run logs per step s, each row at s (tracking.TrackioRun): timing rows, the train record, the
     completions table."""
     rows = []
     for s in range(1, last + 1):
-        rows.append((run, s, {"profiling/Time taken: generate": 0.1}))
+        rows.append((run, s, {"walltime/generation": 0.1}))
         rows.append((run, s, {"train/loss": 0.0, "train/global_step": s}))
         rows.append((run, s, {"completions": {"_type": "trackio.table", "_value": [{"step": s, "prompt": "q"}]}}))
     return rows
@@ -172,7 +172,7 @@ def test_prune_removes_exactly_the_steps_after_the_checkpoint(tmp_path):
     rows = _logged_run("r", 5) + [("r", 2, {"custom": 1}), ("r", 99, {"custom": 1})] + _logged_run("other", 5)
     db = _trackio_db(tmp_path / "p.db", rows)
     removed = prune_metrics(db, "r", after_step=3)
-    assert removed == 2 * 3 + 1  # steps 4 and 5 (profiling, train, table each) and the row at step 99
+    assert removed == 2 * 3 + 1  # steps 4 and 5 (timing, train, table each) and the row at step 99
     assert tracking.logged_steps(db, "r") == [1, 2, 3]
     assert tracking.logged_steps(db, "other") == [1, 2, 3, 4, 5]  # another run is untouched
     assert sorted(step for step, _ in tracking._rows(db, "r")) == [1, 1, 1, 2, 2, 2, 2, 3, 3, 3]

@@ -1,5 +1,7 @@
 """YAML + CLI -> dataclasses, TRL-style, with unknown keys caught."""
 
+import hashlib
+
 import pytest
 from helpers import REPO
 
@@ -41,10 +43,40 @@ def test_unknown_keys_get_did_you_mean(tmp_path):
 
 
 def test_run_name_is_derived_from_the_config():
-    config = resolve(["--seed", "7", "--beta", "0.01"], DEFAULT, name="math")
-    assert config.training.run_name == "math-SmolLM2-135M-Instruct-lr1e-05-eps0.2-0.28-beta0.01-seed7"
-    assert config.training.project == "grpo-recipes-math"
-    assert resolve(["--run_name", "mine"], DEFAULT, name="math").training.run_name == "mine"
+    """A run is named for what its flags or config file changed from the recipe's default config, then its seed; its
+    Trackio group is that name without the seed."""
+    def named(*argv, config=DEFAULT):
+        resolved = resolve(list(argv), config, name="math")
+        return resolved.training.run_name, resolved.recipe.trackio_group
+
+    assert named("--seed", "7") == ("seed7", "defaults")
+    assert named() == ("seed42", "defaults")  # the default config's seed
+    assert named("--learning_rate", "2e-5", "--seed", "1") == ("lr2e-5-seed1", "lr2e-5")
+    assert named("--learning_rate", "1e-5", "--seed", "1") == ("seed1", "defaults")  # the default config's own value
+    cut = "beta0.04+" + hashlib.sha1(b"loss_type=grpo").hexdigest()[:4]  # "beta0.04-loss_type=grpo": too long
+    assert named("--beta", "0.04", "--loss_type", "grpo") == (f"{cut}-seed42", cut)
+    # Where it is written, logged, saved or resumed does not tell runs apart.
+    assert named("--output_dir", "elsewhere", "--logging_steps", "2", "--save_steps", "3", "--seed", "3",
+                 "--trackio_dir", "tracks")[0] == "seed3"
+    assert named("--run_name", "mine") == ("mine", "defaults")
+    assert named("--trackio_group", "sweep-a", "--seed", "2") == ("seed2", "sweep-a")
+    assert named("--report_to", "none") == ("seed42", None)  # no Trackio run to group
+    assert resolve(["--seed", "7"], DEFAULT, name="math").training.project == "grpo-recipes-math"
+
+
+def test_run_name_of_another_config_file_and_a_long_change_fits_the_sidebar(tmp_path, monkeypatch):
+    mine = tmp_path / "my_config.yaml"
+    mine.write_text(DEFAULT.read_text())
+    assert resolve(["--config", str(mine), "--seed", "3"], DEFAULT, name="math").training.run_name == "my_config-seed3"
+    monkeypatch.chdir(REPO)  # the recipe's own config, named on the command line by another path
+    own = resolve(["--config", str(DEFAULT.relative_to(REPO)), "--seed", "3"], DEFAULT, name="math")
+    assert own.training.run_name == "seed3"
+    # Many changes: the first that fit, then `+` and a digest of the rest, so that runs differing only there differ.
+    flags = ["--model_name_or_path", "some/where/tiny_llama0", "--max_steps", "3", "--num_generations", "4"]
+    names = [resolve([*flags, *more, "--seed", seed], DEFAULT, name="math").training.run_name
+             for more in ([], ["--temperature", "0.7"]) for seed in ("1", "2")]
+    assert len(set(names)) == 4 and all(n.startswith("tiny_llama0+") and len(n) <= 24 for n in names), names
+    assert names[0][:-1] == names[1][:-1] != names[2][:-1] == names[3][:-1]  # the digest differs, the seed ends it
 
 
 def test_paths_in_a_config_file_are_relative_to_the_file(tmp_path, monkeypatch):

@@ -218,7 +218,7 @@ def test_default_run_logs_diagnostics_and_before_after_eval(tiny_model_dir, run_
     assert all(s == m["train/global_step"] for s, m in stepped if "train/global_step" in m)
     tables = [(s, {r["step"] for r in m["completions"]["_value"]}) for s, m in stepped if "completions" in m]
     assert tables == [(1, {1}), (2, {2})]
-    assert [s for s, m in stepped if "profiling/Time taken: RecipeTrainer.math_correctness" in m] == [1, 2]
+    assert [s for s, m in stepped if "walltime/rewards/math_correctness" in m] == [1, 2]
     train = [m for m in metrics if "train/diag/adv_mean" in m]
     assert {m["train/global_step"] for m in train} == {1, 2}
     for m in train:

@@ -32,7 +32,7 @@ RECIPE = REPO / "recipes/math_grpo.py"
 PROJECT = "grpo-recipes-math"
 STEPS = 7
 EVAL_STEPS = [0, 2, 4, 6, 7]  # train start, every 2 steps, the end
-PROBE_TIMING = "profiling/Time taken: RecipeTrainer.order_probe"  # TRL's profiling row for the probe reward's call
+PROBE_TIMING = "walltime/rewards/order_probe"  # TRL's profiling row for the probe reward's call, as Trackio stores it
 HUNG = 1200  # seconds after which a run counts as hung; a run takes minutes on a loaded 2-core machine
 
 PROBE = '''
@@ -122,9 +122,9 @@ def assert_rows_at_training_steps(root: Path) -> None:
     assert {(r["start"]["step"], r["end"]["step"]) for r in lines} == {(0, STEPS)}
     assert sum(bool(r["start"]["correct"]) for r in lines) / len(lines) == summary["start"]["pass_at_1"]
     assert summary["greedy_gain"]["rows"] == len(lines)
-    # The probe's profiling row at the step whose batch it scored; no profiling row outside the steps trained.
+    # The probe's timing row at the step whose batch it scored; no timing row outside the steps trained.
     assert sorted(s for s, m in rows if PROBE_TIMING in m) == sorted(probe) == steps
-    assert {s for s, m in rows if any(k.startswith("profiling/") for k in m)} == set(steps)
+    assert {s for s, m in rows if any(k.startswith("walltime/") for k in m)} == set(steps)
 
 
 def wait_for_step(proc: subprocess.Popen, root: Path, step: int, timeout: float = HUNG) -> None:

@@ -1,4 +1,4 @@
-"""tracking.TrackioRun: every Trackio row of a run lands at the training step it belongs to.
+"""tracking.TrackioRun: every Trackio row of a run lands at the training step it belongs to, named for the dashboard.
 
 Fast: the callback is driven by hand through the events a Trainer sends, with real Trackio writing to a temporary
 folder; the rows are then read back from Trackio's SQLite database. The end-to-end runs (a real trainer, TRL's
@@ -19,7 +19,8 @@ from transformers.integrations import TrackioCallback
 from grpo_recipes.state import tracking
 
 PROJECT = "steps"
-GENERATE = "profiling/Time taken: RecipeTrainer.transformers.generate"
+GENERATE = "profiling/Time taken: RecipeTrainer.transformers.generate"  # TRL's profiling_context key
+GENERATION = "walltime/generation"  # the key Trackio stores it under
 
 
 @pytest.fixture
@@ -88,12 +89,12 @@ def test_every_row_lands_at_its_training_step_across_a_resume(trackio_dir):
     train = {"train/loss", "train/reward", "train/global_step"}
     assert rows(db) == [
         (0, {"eval/pass@1", "train/global_step"}),
-        (1, {GENERATE}), (1, {"mid_step"}), (1, train), (1, table),
-        (2, {GENERATE}), (2, {"mid_step"}), (2, train), (2, table),
+        (1, {GENERATION}), (1, {"mid_step"}), (1, train), (1, table),
+        (2, {GENERATION}), (2, {"mid_step"}), (2, train), (2, table),
         (1, {"explicit"}),
         (2, {"eval/pass@1", "train/global_step"}),
-        (2, {GENERATE}),
-        (3, {GENERATE}), (3, {"mid_step"}), (3, train), (3, table),
+        (2, {GENERATION}),
+        (3, {GENERATION}), (3, {"mid_step"}), (3, train), (3, table),
         (3, {"eval/after", "train/global_step"}),
     ]
     with sqlite3.connect(db) as con:
@@ -101,6 +102,41 @@ def test_every_row_lands_at_its_training_step_across_a_resume(trackio_dir):
         configs = [json.loads(c) for (c,) in con.execute("SELECT config FROM configs")]
     assert configs and all(c[tracking.GROUP_KEY] == "sweep" for c in configs)  # the dashboard groups by it
     assert tracking.logged_steps(db, "r") == [1, 2, 3]
+
+
+def test_rows_are_named_for_the_dashboard(trackio_dir):
+    """Trackio shows a section per first key part, alphabetically (keys without one first): held-out eval/, then
+    policy/ (four training curves again, by what they are), then train/ as TRL logs it, then TRL's timings under
+    walltime/, named for what they time, not for TRL's private methods."""
+    state, control = TrainerState(), TrainerControl()
+    panels = tracking.Panels(["math_correctness", "boxed_format"], "math_correctness", "boxed_format")
+    cb = tracking.TrackioRun(panels=panels)
+    cb.on_train_begin(args(), state, control)
+    cb.on_step_begin(args(), state, control)
+    timed = ["transformers.generate", "_prepare_inputs", "_calculate_rewards", "math_correctness", "boxed_format",
+             "_get_per_token_logps_and_entropies", "compute_loss", "sync_weights", "_some_new_method"]
+    for what in timed:
+        trackio.log({f"profiling/Time taken: RecipeTrainer.{what}": 0.1}, step=state.global_step)
+    state.global_step = 1
+    cb.on_step_end(args(), state, control)
+    record = {"loss": 0.1, "reward": 0.5, "entropy": 2.0, "completions/mean_length": 30.0,
+              "rewards/math_correctness/mean": 0.25, "rewards/boxed_format/mean": 0.75, "rewards/boxed_format/std": 0.1}
+    cb.on_log(args(), state, control, logs=record)
+    cb.on_train_end(args(), state, control)
+
+    with sqlite3.connect(trackio_dir / f"{PROJECT}.db") as con:
+        logged = [(step, json.loads(m)) for step, m in con.execute("SELECT step, metrics FROM metrics ORDER BY id")]
+    timings = [key for _, m in logged[:len(timed)] for key in m]
+    assert timings == ["walltime/generation", "walltime/prepare_batch", "walltime/rewards",
+                       "walltime/rewards/math_correctness", "walltime/rewards/boxed_format", "walltime/logprobs",
+                       "walltime/loss", "walltime/weight_sync", "walltime/some_new_method"]
+    ((_, first),) = logged[len(timed):]
+    assert {k: first[k] for k in first if k.startswith("policy/")} == {
+        "policy/correctness": 0.25, "policy/format": 0.75, "policy/entropy": 2.0, "policy/mean_length": 30.0}
+    assert first["train/rewards/math_correctness/mean"] == 0.25 and first["train/entropy"] == 2.0  # TRL's keys stay
+    keys = {k for _, m in logged for k in m}
+    assert not [k for k in keys if "._" in k or "Time taken" in k or "profiling" in k]
+    assert {k.split("/")[0] for k in keys} == {"policy", "train", "walltime"}  # no key outside a section
 
 
 def test_attach_replaces_transformers_callback(trackio_dir):
@@ -118,6 +154,12 @@ def test_attach_replaces_transformers_callback(trackio_dir):
     tracking.attach(Trainer(), "g")
     found = [cb for cb in handler.callbacks if isinstance(cb, TrackioCallback)]
     assert len(found) == 1 and isinstance(found[0], tracking.TrackioRun) and found[0].group == "g"
+    Trainer.reward_func_names = ["math_correctness", "boxed_format"]  # a GRPO trainer's: the first is correctness
+    handler.callbacks = [TrackioCallback()]
+    tracking.attach(Trainer(), "g", format_reward="boxed_format")
+    [run] = handler.callbacks
+    assert run.panels.timing("profiling/Time taken: T.boxed_format") == "walltime/rewards/boxed_format"
+    assert run.panels.summary["policy/correctness"][-1] == "train/rewards/math_correctness/mean"
     handler.callbacks = [object()]
     with pytest.raises(RuntimeError, match="no TrackioCallback; is trackio in report_to"):
         tracking.attach(Trainer())

@@ -5,17 +5,19 @@ in this order of precedence: the command line, the file, the task's defaults (ta
 where the hardware has it; several processes without CUDA train as CPU ranks), the fields' own defaults. What follows
 from the settled values is decided here too, before anything is built: the format reward (the one configured reward
 with role "format"), the learning rate under LoRA (peft_learning_rate), GRPO's reward weights, how the model loads
-(ModelConfig's dtype and attention in model_init_kwargs), the Trackio project and run name (a resumed run keeps the one
-it started under), and every earlier stage's config (stages.py). Each dataclass
-is then built once; nothing rewrites them afterwards. Every problem found on the way is reported together
-(ConfigError), before anything loads.
+(ModelConfig's dtype and attention in model_init_kwargs), the Trackio project, run name and group (the run is named for
+what its config and flags changed from the recipe's default config, then its seed; a resumed run keeps the name it
+started under), and every earlier stage's config (stages.py). Each dataclass is then built once; nothing rewrites them
+afterwards. Every problem found on the way is reported together (ConfigError), before anything loads.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from ..tasks.registry import Task
 from ..values import init_fields
 from .files import read_yaml, resolve_paths, split_config_arg
 from .parsing import Parser, build, check_values, device_defaults, namespace, unknown_keys
-from .schema import DistillLogitsConfig, DistillTracesConfig, RecipeArguments, SFTStageConfig, reward_specs
+from .schema import RecipeArguments, reward_specs
 from .stages import StageSpec, final_config, plan_stages
 
 logger = logging.getLogger("grpo_recipes")
@@ -73,6 +75,7 @@ def resolve(argv: list[str] | None = None, default_config: Path | None = None, *
         raise ConfigError(problems)
     values = namespace(parser, given, flags)
     explicit = frozenset(file) | {a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")}
+    labels = changes(values, namespace(parser, given, []), flags, path, default_config)
     task, problems = tasks.resolve(values["task"], _listed(values["task_dirs"]), set(init_fields(RecipeArguments)),
                                    parser.known())
     if problems:
@@ -82,15 +85,16 @@ def resolve(argv: list[str] | None = None, default_config: Path | None = None, *
             raise ConfigError(["--config: recipes/train.py runs the config you name; pass --config my_task.yaml"])
         name = values["task"] or path.stem
     values |= tasks.defaults(task, explicit)
-    values |= derived(values, name, parser.types[1], explicit)
+    values |= derived(values, name, parser.types[1], labels)
     recipe, training, model = build(parser, values)
     specs, problems = plan_stages(recipe, training, teacher_loading(model.dtype))
     return Config(name, recipe, training, model, tuple(specs), task, path, explicit, tuple(problems))
 
 
-def derived(values: dict[str, Any], name: str, training_cls: type, explicit: frozenset[str]) -> dict[str, Any]:
+def derived(values: dict[str, Any], name: str, training_cls: type, labels: list[str]) -> dict[str, Any]:
     """The values that follow from the settled ones, for the fields the config left to them. A value too broken to
-    derive from is left alone: building the dataclasses reports it."""
+    derive from is left alone: building the dataclasses reports it. `labels`: what the run changed from the recipe's
+    default config (`changes`), which the run name and group start with."""
     out: dict[str, Any] = {}
     try:
         specs = reward_specs(values["rewards"])
@@ -116,12 +120,15 @@ def derived(values: dict[str, Any], name: str, training_cls: type, explicit: fro
         out["teacher_model_init_kwargs"] = teacher_loading(values["dtype"])
     if values["project"] == TRAINING_ARGUMENTS_PROJECT:
         out["project"] = f"grpo-recipes-{name}"
+    prefix = name_prefix(labels)
     if not values["run_name"]:
         resumed = values["resume"] or values["resume_from_checkpoint"]
         stored = checkpoint.stored_run_name(values["output_dir"]) if resumed and values["output_dir"] else None
         # A resumed run continues the same curve even when a setting the derived name shows (the learning rate, say)
         # changed since.
-        out["run_name"] = stored or run_name(name, {**values, **out}, training_cls)
+        out["run_name"] = stored or (f"{prefix}-seed{values['seed']}" if prefix else f"seed{values['seed']}")
+    if values["trackio_group"] is None and "trackio" in _listed(values["report_to"]):
+        out["trackio_group"] = prefix or DEFAULT_GROUP  # runs that differ only by seed: one group
     return out
 
 
@@ -130,22 +137,69 @@ def teacher_loading(dtype: str | None) -> dict[str, str]:
     return {"dtype": dtype or "float32"}
 
 
-def run_name(name: str, values: dict[str, Any], training_cls: type) -> str:
-    """The run's Trackio name when the config gives none: the recipe, the model and the settings a sweep varies."""
-    model = Path(str(values["model_name_or_path"]).rstrip("/")).name
-    lr, seed = f"lr{values['learning_rate']:g}", f"seed{values['seed']}"
-    if issubclass(training_cls, GRPOConfig):
-        eps = f"{values['epsilon']:g}" + (f"-{values['epsilon_high']:g}" if values["epsilon_high"] else "")
-        labels = [lr, f"eps{eps}", f"beta{values['beta']:g}", seed]
-    elif issubclass(training_cls, DistillLogitsConfig):
-        labels = ["distill-logits", f"beta{values['beta']:g}", lr, seed]
-    elif issubclass(training_cls, DistillTracesConfig):
-        labels = ["distill-traces", lr, seed]
-    elif issubclass(training_cls, SFTStageConfig):
-        labels = [str(values["sft_format"]), lr, seed]
-    else:
-        labels = [lr, seed]
-    return "-".join([name, model, *labels])
+# ------------------------------------------------------------------------------------- the run's default name
+#
+# A run is named for what distinguishes it from its siblings in the recipe's Trackio project: what its config file
+# and flags changed from the recipe's default config, then its seed (`seed42`, `lr2e-5-seed1`, `my_config-seed3`),
+# short enough for the dashboard's sidebar. Its group is the same name without the seed.
+
+NAME_CAP = 18  # characters before `-seed<N>`: the seed stays within the first 24, the whole name in the sidebar
+DEFAULT_GROUP = "defaults"  # the group of runs that change nothing but the seed
+# What changes where a run is written, logged or resumed, not what it trains (the seed ends every name).
+BOOKKEEPING = {"output_dir", "overwrite_output_dir", "run_name", "resume", "resume_from_checkpoint", "report_to",
+               "project", "seed", "num_completions_to_print", "push_to_hub", "model_cache_dir", "disable_tqdm"}
+BOOKKEEPING_PREFIXES = ("logging_", "log_", "save_", "hub_", "trackio_")
+SHORT = {"learning_rate": "lr", "max_steps": "steps", "num_generations": "gens", "per_device_train_batch_size": "bs",
+         "gradient_accumulation_steps": "accum", "max_completion_length": "maxlen", "temperature": "temp",
+         "epsilon": "eps", "epsilon_high": "eps_high", "num_train_epochs": "epochs"}
+
+
+def changes(values: dict[str, Any], base: dict[str, Any], flags: list[str], path: Path | None,
+            default_config: Path | None) -> list[str]:
+    """What this run changed from the recipe's default config, in the order given, as name labels: the config
+    file's stem when it is not the recipe's default, then each flag that moved a value away from the file's (`base`:
+    the values without the flags). Bookkeeping keys do not count."""
+    recipes_own = path is None or default_config is not None and path.resolve() == default_config.resolve()
+    labels = [] if recipes_own else [path.stem]
+    keys = [a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")]
+    for key in dict.fromkeys(k[3:] if k not in values and k.startswith("no_") else k for k in keys):
+        if key in values and values[key] != base.get(key) and not _bookkeeping(key):
+            labels.append(_label(key, values[key]))
+    return labels
+
+
+def name_prefix(labels: list[str]) -> str:
+    """The labels joined, at most NAME_CAP characters: the labels cut off leave `+` and a digest of them, so that
+    runs that differ only in those keep different names."""
+    if len(joined := "-".join(labels)) <= NAME_CAP:
+        return joined
+    kept: list[str] = []
+    for label in labels:
+        if len("-".join([*kept, label])) > NAME_CAP - 5:
+            break
+        kept.append(label)
+    digest = hashlib.sha1("\0".join(labels[len(kept):]).encode()).hexdigest()[:4]
+    return "-".join(kept or [labels[0][:NAME_CAP - 5]]) + "+" + digest
+
+
+def _bookkeeping(key: str) -> bool:
+    return key in BOOKKEEPING or key.startswith(BOOKKEEPING_PREFIXES)
+
+
+def _label(key: str, value: Any) -> str:
+    short = SHORT.get(key, key)
+    if isinstance(value, bool):
+        return short if value else f"no_{short}"
+    if isinstance(value, (int, float)):
+        return short + re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{value:g}").replace("e+", "e")  # 2e-05 -> 2e-5
+    if isinstance(value, str):
+        value = Path(value.rstrip("/")).name if "/" in value else value  # a path: its last part
+        if key == "model_name_or_path":
+            return value
+        if len(value) <= 12:
+            return f"{short}={value}"
+    text = json.dumps(value, sort_keys=True, default=str)  # a long text, a list, a mapping: a digest of it
+    return f"{short}~{hashlib.sha1(text.encode()).hexdigest()[:4]}"
 
 
 def _listed(value: Any) -> list:

@@ -118,7 +118,8 @@ def build_trainer(run: Run, stage: Stage | None = None, model: str | None = None
     model_path = model or prepare_model(run.model_args, run.recipe.model_cache_dir)
     trainer = stage.make_trainer(run, model_path)
     if tracking.enabled(training):  # before the stage's callbacks: the run starts before they log at train start
-        tracking.attach(trainer, run.recipe.trackio_group, offset=getattr(stage, "offset", 0))
+        tracking.attach(trainer, run.recipe.trackio_group, offset=getattr(stage, "offset", 0),
+                        correctness=run.recipe.correctness_reward, format_reward=run.recipe.format_reward)
     for callback in stage.callbacks(trainer, run):
         trainer.add_callback(callback)
     return trainer

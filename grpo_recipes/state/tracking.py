@@ -3,8 +3,8 @@
 Several of them lean on Trackio internals, which is why pyproject.toml pins trackio to the tested minor version
 (0.43.x):
 - `TrackioRun`: transformers' TrackioCallback, with every row of the run at the training step it belongs to (the
-  run's `log` is wrapped: Run._next_step would number rows itself) and the run in its group (the run's `group` and
-  the config key `_Group`, what trackio.init(group=...) writes);
+  run's `log` is wrapped: Run._next_step would number rows itself), its rows named for the dashboard (`Panels`) and
+  the run in its group (the run's `group` and the config key `_Group`, what trackio.init(group=...) writes);
 - `use_dir`: the storage folder of an already imported Trackio (the constants trackio.utils.TRACKIO_DIR, MEDIA_DIR,
   ARTIFACTS_DIR and the copies other trackio modules took of them);
 - `flush`: Run._flush_queues_inline under Run._client_lock (Trackio has no public flush), so a checkpoint is marked
@@ -27,10 +27,12 @@ from pathlib import Path
 
 from transformers.integrations import TrackioCallback
 
+from ..trl_internals import PROFILED_BLOCKS
+
 logger = logging.getLogger("grpo_recipes")
 
 GROUP_KEY = "_Group"  # the config key Trackio's own init(group=...) writes
-PROFILING_PREFIX = "profiling/"  # TRL's profiling_context rows: {"profiling/Time taken: <what>": seconds}
+PROFILING_PREFIX = "profiling/"  # TRL's profiling_context rows: {"profiling/Time taken: <Trainer>.<what>": seconds}
 _DIR_CONSTANTS = ("TRACKIO_DIR", "MEDIA_DIR", "ARTIFACTS_DIR")  # trackio.utils, fixed at its import
 
 
@@ -138,6 +140,59 @@ def logged_steps(db: Path, run_name: str) -> list[int]:
     return [step for step, m in _rows(db, run_name) if "train/loss" in m]
 
 
+# ------------------------------------------------------------------------------------------ the dashboard
+#
+# Trackio 0.43's dashboard (frontend/src/lib/dataProcessing.js, groupMetricsByPrefix) shows a project's metrics in
+# sections named by the key's first `/` part: keys without one first (a section called "charts"), then the sections
+# in alphabetical order; in a section, the keys of two parts first, alphabetically, then one sub-section per second
+# part. Nothing the project stores changes that (TRACKIO_PLOT_ORDER is read from the environment of whoever runs
+# `trackio show`), so the keys alone decide what a recipe's project opens on, three panels a row at 1400 pixels:
+#   eval/      the held-out evaluation: format_rate, mean_length, pass@1 (the first row)
+#   policy/    four of the training curves again, named by what they are to a reader: correctness (the correctness
+#              reward's mean over the policy's own samples), entropy, format (the format reward's mean), mean_length
+#              (completion tokens): the second row. The training record keeps its own keys too.
+#   train/     every training metric, as TRL and the features log them
+#   walltime/  TRL's timings (`profiling/Time taken: <Trainer>.<method>`), named for what they time
+#              (trl_internals.PROFILED_BLOCKS): the seconds each block took
+SUMMARY = "policy/"
+TIMINGS = "walltime/"
+
+
+class Panels:
+    """How a run's rows are named in Trackio, so that a recipe's project opens on what runs are compared by (the
+    section map above). `rewards`: the reward functions' names (TRL times each one under its name); `correctness` and
+    `format_reward`: the rewards whose means are policy/correctness and policy/format."""
+
+    def __init__(self, rewards=(), correctness: str | None = None, format_reward: str | None = None):
+        self.rewards = set(rewards)
+        # policy/<name> <- the first of its sources the training record has
+        self.summary = {SUMMARY + "entropy": ("train/entropy",),
+                        SUMMARY + "mean_length": ("train/completions/mean_length",)}
+        if correctness:  # the policy's own samples, demonstrations or not (grpo/features/demonstrations.py)
+            self.summary[SUMMARY + "correctness"] = (f"train/rewards/{correctness}/mean",)
+        if format_reward:
+            self.summary[SUMMARY + "format"] = (f"train/rewards/{format_reward}/mean",)
+
+    def named(self, metrics: dict) -> dict:
+        """The row as Trackio stores it: timings renamed, and a GRPO training record's summary curves added."""
+        out = {self.timing(k) if k.startswith(PROFILING_PREFIX) else k: v for k, v in metrics.items()}
+        if "train/reward" in metrics:  # GRPO's training record (an sft stage's has no reward)
+            for key, sources in self.summary.items():
+                if found := next((s for s in sources if s in metrics), None):
+                    out[key] = metrics[found]
+        return out
+
+    def timing(self, key: str) -> str:
+        """TRL's `profiling/Time taken: RecipeTrainer.transformers.generate` -> `walltime/generation`."""
+        what = key.removeprefix(PROFILING_PREFIX).removeprefix("Time taken: ")
+        what = what.split(".", 1)[1] if "." in what else what  # TRL puts the trainer's class first
+        if what in PROFILED_BLOCKS:
+            return TIMINGS + PROFILED_BLOCKS[what]
+        if what in self.rewards:
+            return f"{TIMINGS}rewards/{what}"
+        return TIMINGS + what.lstrip("_").replace("._", ".")
+
+
 # --------------------------------------------------------------------------------------------- the open run
 
 
@@ -198,10 +253,11 @@ class TrackioRun(TrackioCallback):
     keeps only its epoch anyway.
     """
 
-    def __init__(self, group: str | None = None, offset: int = 0):
+    def __init__(self, group: str | None = None, offset: int = 0, panels: Panels | None = None):
         super().__init__()
         self.group = group
         self.offset = offset  # the run's steps before this trainer's stage (stages.py): one step axis for the run
+        self.panels = panels or Panels()
         self._state = None  # the trainer's TrainerState: read at each log, as training moves it on
         self._in_step = False
 
@@ -217,7 +273,8 @@ class TrackioRun(TrackioCallback):
             run.group = self.group
             run.config[GROUP_KEY] = self.group
         log = run.log
-        run.log = lambda metrics, step=None: log(self.shifted(metrics), step=self.step_of(metrics, step))
+        run.log = lambda metrics, step=None: log(self.panels.named(self.shifted(metrics)),
+                                                 step=self.step_of(metrics, step))
 
     def step_of(self, metrics: dict, step: int | None) -> int:
         """The step a row is logged at: see the class docstring."""
@@ -247,10 +304,14 @@ class TrackioRun(TrackioCallback):
         super().on_log(args, state, control, model=model, logs=logs, **kwargs)
 
 
-def attach(trainer, group: str | None = None, offset: int = 0) -> None:
+def attach(trainer, group: str | None = None, offset: int = 0, correctness: str | None = None,
+           format_reward: str | None = None) -> None:
     """Put TrackioRun in place of the TrackioCallback that `report_to: trackio` gave `trainer`; its rows are logged
-    `offset` steps on (a later stage's, stages.py)."""
+    `offset` steps on (a later stage's, stages.py) and named for the dashboard (Panels: the trainer's reward
+    functions, if any; the correctness reward, by default the first one, and the format reward)."""
     if not any(isinstance(cb, TrackioCallback) for cb in trainer.callback_handler.callbacks):
         raise RuntimeError("tracking.attach: the trainer has no TrackioCallback; is trackio in report_to?")
     trainer.remove_callback(TrackioCallback)
-    trainer.add_callback(TrackioRun(group, offset))
+    rewards = list(getattr(trainer, "reward_func_names", None) or ())  # a GRPO trainer's, as TRL names its metrics
+    panels = Panels(rewards, correctness or (rewards[0] if rewards else None), format_reward)
+    trainer.add_callback(TrackioRun(group, offset, panels))
