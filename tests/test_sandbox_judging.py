@@ -339,6 +339,11 @@ def test_issue46_item9_values_the_program_may_change_are_never_judged_stale():
     ]
     result = assert_as_python(MUTATES, aliased)
     assert result.passed == 0, result  # Python: 0/6; the host's copies passed them before
+    # the test takes its value before the call, and compares it after: Python compares the changed list
+    keeps_a_copy = "def f(a):\n    r = list(a)\n    a.sort()\n    return r"
+    taken_before = ["a = [3, 1, 2]\nassert a == f(a)", "cases = [[3, 1, 2]]\nassert cases[0] == f(cases[0])",
+                    "a = [3, 1, 2]\nr = (a, f(a))\nassert r[0] == [3, 1, 2]"]
+    assert assert_as_python(keeps_a_copy, taken_before).passed == 0
     assert_as_python("def f(*args):\n    return None", aliased)
     # the case table that stays judged: only an unchanged part is read after the call
     table = "tests = [([3, 1, 2], [1, 2, 3])]\nfor t in tests:\n    assert f(t[0]) == t[1]"

@@ -639,6 +639,7 @@ class _Splitter:
         self.program = program  # builtin names that mean the program's own definitions (the program world)
         self.visited = 0
         self.handed: dict[int, object] = {}  # the test's mutable values sent to the program (see Evaluator)
+        self.originals: list = []  # the test's mutable values frozen as constants, as they were (see _const)
 
     def env(self) -> dict:
         return {**self.consts, **self.facades, **self.hostfns}
@@ -683,6 +684,8 @@ class _Splitter:
         if self.handed and _reaches(value, self.handed):
             raise Unsplittable("it uses a value the program received, which it may have changed in place: in "
                                "Python the test would see that change, the host's copy would not")
+        if _mutable(value):  # a later call may change it before the test uses the copy (see _prepare)
+            self.originals.append(value)
         try:
             value = copy.deepcopy(value)
         except Exception:  # noqa: BLE001 - a generator: the host never changes it after this point anyway
@@ -945,7 +948,7 @@ class _Splitter:
                         isinstance(x, ast.Constant) and x.value in (None, True, False, ...) and type(x.value) in (
                             type(None), bool, type(...)) for x in (left, right)):
                     continue
-                if all(_is_type(x) for x in (left, right)) or (self._static_only(left) and self._static_only(right)):
+                if all(_is_type(x) for x in (left, right)) or self._static_only(node):  # live values, not copies
                     continue
                 raise Unsplittable("%r compares identities of values the host receives as copies"
                                    % ast.unparse(node)[:80])
@@ -1031,7 +1034,11 @@ class _Splitter:
         if twice:
             raise Unsplittable("a step hands the program one mutable value twice (an alias): the sandbox would "
                                "get two copies, where Python passes one object")
-        self.handed.update((id(v), v) for v in contents[1:] if not isinstance(v, _IMMUTABLE))
+        fresh = {id(v): v for v in contents[1:] if not isinstance(v, _IMMUTABLE)}
+        if any(_reaches(v, fresh) for v in self.originals):  # `assert a == f(a)`: Python compares the changed a
+            raise Unsplittable("the program receives a value the test already took a copy of: in Python the test "
+                               "would see the program's changes to it, the host's copy would not")
+        self.handed.update(fresh)
         return new, tuple(bindings), handed
 
     def _add_step(self, step: tuple) -> int:
@@ -1293,7 +1300,7 @@ class ProgramNames:
     shadowed: frozenset = frozenset()  # builtin names it binds (def sum): a test that calls only those calls them
     modules: tuple = ()  # (name, module) for the names it binds only with `import module [as name]`
     bound: frozenset = frozenset()  # every name it binds at module level
-    reads: frozenset | None = frozenset()  # the global names its code reads; None: unknown (no parse here)
+    reads: frozenset | None = frozenset()  # the global names its code reads as written; None: unknown (no parse)
 
 
 def program_names(program: str) -> ProgramNames:
