@@ -83,6 +83,16 @@ def test_issue46_values_that_are_dear_to_judge_are_cut_at_the_budget(name):
     assert good.status == "ok", good  # the same test, judged within the budget
 
 
+def test_issue46_a_program_text_that_is_dear_to_read_is_cut_at_the_budget():
+    """The host reads a program's names (what it imports, binds and reads) before its tests are split: its text
+    is the program's too. 60,000 f-string fields take seconds to parse."""
+    program = 'x = f"' + "{1}" * 60000 + '"\ndef f(x):\n    return 1'
+    result, cpu, peak = host_cost(sandbox.Job(program, ("assert f(1) == 1",), timeout_s=HANG_S))
+    assert (result.status, result.passed) == ("failed", 0), result
+    assert "reading its text on the host ran over its" in result.detail, result
+    assert cpu < HOST_CPU_S and peak < HOST_MB, (cpu, peak)
+
+
 def test_issue46_item5_the_split_cache_is_not_keyed_by_what_the_program_chooses():
     """A program picks which builtins it redefines: the plans cached for a test must not multiply with its choices."""
     test = "for x in range(300):\n    assert f(x) == 2 * x"  # a large plan (PLAN_MB): one step per item

@@ -700,7 +700,12 @@ def _run_guarded(job: Job, iso: Isolation) -> SandboxResult:
             report = _execute(iso, "io", job.program, [], [i.encode() for i, _ in job.io_cases], job.timeout_s,
                               job.memory_mb, IO_OUTPUT_CAP)
             return _score_io(job, report, start)
-        plans = split.split_tests(list(job.tests), job.program)
+        names = judge.program_names(job.program)
+        if isinstance(names, str):  # its text alone cost more than the budget to read
+            return SandboxResult(0, job.total, "failed", detail=f"reading its text on the host {names}: "
+                                 f"0/{job.total} tests passed", elapsed_s=time.monotonic() - start,
+                                 results=(False,) * job.total)
+        plans = split.split_tests(list(job.tests), names)
         if job.sandbox_mode_tests == "refuse":
             plans = [split.refused(p) if p.mode == "sandbox" else p for p in plans]
             if all(p.mode == "refused" for p in plans):  # nothing to run

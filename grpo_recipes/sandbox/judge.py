@@ -8,12 +8,17 @@ the signal ends it) and JUDGE_MEMORY_MB above what it held before (RLIMIT_AS). A
 the program's failure, 0 tests passed; the process that ran over exits and a fresh one judges the next job. The
 trainer itself never decodes a value a program sent.
 
-    read_tests(raw, nonce, plans) -> (ready, done, outcomes, forged, over)    on the host: like verdict.read_tests,
-                                                                             plus why the budget ran out, or ''
+    program_names(program) -> split.ProgramNames, or why the budget ran out     what the program's text binds
+    read_tests(raw, nonce, plans) -> (ready, done, outcomes, forged, over)    like verdict.read_tests, plus why
+                                                                             the budget ran out, or ''
+
+The program's text is read there too (ast, symtable), under the same budget: parsing it can cost as much as its
+values (f-strings with 30,000 fields: a second).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import marshal
 import os
@@ -27,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from . import verdict
+from . import split, verdict
 
 logger = logging.getLogger("grpo_recipes.sandbox")
 JUDGE_CPU_S = 1.0  # CPU seconds to judge one job: decoding its records and evaluating its tests
@@ -57,9 +62,8 @@ class _Process:
             self.kill()
             raise JudgeUnavailable(f"the judging process could not start: {exc}") from None
 
-    def judge(self, raw: bytes, nonce: str, plans: list) -> tuple | None:
-        """The reply, or None when the process ended without one (it ran over, or died)."""
-        parts = [marshal.dumps((nonce, len(plans))), *(p.pickled for p in plans), raw]
+    def call(self, parts: list[bytes]) -> tuple | None:
+        """The reply to a request, or None when the process ended without one (it ran over, or died)."""
         try:
             for part in parts:
                 self.proc.stdin.write(len(part).to_bytes(8, "little"))
@@ -101,29 +105,43 @@ _idle: list[_Process] = []
 _idle_lock = threading.Lock()
 
 
-def read_tests(raw: bytes, nonce: str, plans: list) -> tuple[bool, bool, list, str, str]:
-    """verdict.read_tests for a tests job's records, run in a judging process under the budget, plus `over`: why
-    the judging ran over it ('' when it did not; then no outcome is known, and the job is the program's failure)."""
+def _call(parts: list[bytes]) -> tuple:
+    """A judging process's reply: ("ok", ...) or ("over", why the budget ran out)."""
     with _idle_lock:
         process = _idle.pop() if _idle else None
     if process is None or process.proc.poll() is not None:
         process = _Process()
-    reply = process.judge(raw, nonce, plans)
-    if reply is None or reply[0] == "over":
-        process.kill()
-        code = process.proc.returncode
-        if reply is not None:
-            why = reply[1]
-        elif code == -signal.SIGPROF:
-            why = f"ran over its {JUDGE_CPU_S:g} s of CPU"
-        elif code == -signal.SIGKILL:
-            why = f"ran over {JUDGE_WALL_S:g} s"
-        else:  # nothing runs in it but the judging of this job's values; still, a crash may be the host's bug
-            why = f"ended the judging process (exit status {code})"
-            logger.warning("sandbox: the judging process ended with status %s on a job's values", code)
-        return True, False, [], "", why
-    with _idle_lock:
-        _idle.append(process)
+    reply = process.call(parts)
+    if reply is not None and reply[0] == "ok":
+        with _idle_lock:
+            _idle.append(process)
+        return reply
+    process.kill()
+    code = process.proc.returncode
+    if reply is not None:
+        return reply
+    if code == -signal.SIGPROF:
+        return "over", f"ran over its {JUDGE_CPU_S:g} s of CPU"
+    if code == -signal.SIGKILL:
+        return "over", f"ran over {JUDGE_WALL_S:g} s"
+    # nothing runs in it but the work on this job's program and values; still, a crash may be the host's bug
+    logger.warning("sandbox: the judging process ended with status %s on a job", code)
+    return "over", f"ended the judging process (exit status {code})"
+
+
+def program_names(program: str) -> split.ProgramNames | str:
+    """split.program_names(program), read in a judging process under the budget (a program's text is its own:
+    parsing it can cost the host as much as its values), or why the budget ran out."""
+    reply = _call([marshal.dumps(("names",)), program.encode("utf-8", "surrogatepass")])
+    return split.ProgramNames(*reply[1:]) if reply[0] == "ok" else reply[1]
+
+
+def read_tests(raw: bytes, nonce: str, plans: list) -> tuple[bool, bool, list, str, str]:
+    """verdict.read_tests for a tests job's records, run in a judging process under the budget, plus `over`: why
+    the judging ran over it ('' when it did not; then no outcome is known, and the job is the program's failure)."""
+    reply = _call([marshal.dumps(("tests", nonce, len(plans))), *(p.pickled for p in plans), raw])
+    if reply[0] != "ok":
+        return True, False, [], "", reply[1]
     _, ready, done, outcomes, forged = reply
     return ready, done, [verdict.TestOutcome(*o) for o in outcomes], forged, ""
 
@@ -165,15 +183,14 @@ def _vm_bytes() -> int:
         return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _judge(raw: bytes, nonce: str, plans: list) -> tuple:
-    """One job's reply: ("ok", ready, done, outcomes, forged) or ("over", why). Runs under the budget."""
+def _budgeted(work) -> tuple:
+    """("ok", *work()) or ("over", why), `work` run with at most JUDGE_CPU_S of CPU and JUDGE_MEMORY_MB more."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     budget = _vm_bytes() + (JUDGE_MEMORY_MB << 20)
     resource.setrlimit(resource.RLIMIT_AS, (budget if hard == resource.RLIM_INFINITY else min(budget, hard), hard))
     signal.setitimer(signal.ITIMER_PROF, JUDGE_CPU_S)  # SIGPROF's default action ends this process
     try:
-        ready, done, outcomes, forged = verdict.read_tests(raw, nonce, plans)
-        return "ok", ready, done, [(o.passed, o.mode, o.why[:WHY_CAP]) for o in outcomes], forged
+        return ("ok", *work())
     except MemoryError:
         return "over", f"ran over its {JUDGE_MEMORY_MB} MB of memory"
     except RecursionError:  # the host's own recursion on a value nested within the codec's depth: still its doing
@@ -183,8 +200,14 @@ def _judge(raw: bytes, nonce: str, plans: list) -> tuple:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+def _tests(raw: bytes, nonce: str, plans: list) -> tuple:
+    ready, done, outcomes, forged = verdict.read_tests(raw, nonce, plans)
+    return ready, done, [(o.passed, o.mode, o.why[:WHY_CAP]) for o in outcomes], forged
+
+
 def serve() -> None:
-    """The judging process's loop: per job the header (nonce, plan count), the plans, the records; one reply."""
+    """The judging process's loop. Requests: ("names",) and a program's text; ("tests", nonce, n), n plans and a
+    job's records. One reply each."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGPROF, signal.SIG_DFL)
     _write_all(b"ready")
@@ -192,11 +215,15 @@ def serve() -> None:
         header = _part()
         if header is None:
             return
-        nonce, count = marshal.loads(header)
-        plans = [pickle.loads(_part()) for _ in range(count)]
-        raw = _part()
-        reply = _judge(raw, nonce, plans)
-        del raw, plans
+        header = marshal.loads(header)
+        if header[0] == "names":
+            program = _part().decode("utf-8", "surrogatepass")
+            reply = _budgeted(lambda: dataclasses.astuple(split.program_names(program)))
+        else:
+            plans = [pickle.loads(_part()) for _ in range(header[2])]
+            raw = _part()
+            reply = _budgeted(lambda: _tests(raw, header[1], plans))
+            del raw, plans
         data = marshal.dumps(reply)
         _write_all(len(data).to_bytes(8, "little") + data)
         if reply[0] == "over":

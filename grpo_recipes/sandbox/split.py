@@ -1410,11 +1410,11 @@ def _test_names(source: str) -> _TestNames | None:
                       bool(called & _READS_ALL & early), bool(called & _BINDS_ANY & early))
 
 
-def split_tests(tests: list[str], program: str) -> list[Plan]:
-    """How each of `tests` will be judged against `program`, the tests run in sequence as the dataset's harness
-    runs them: where a test's names mean what another test or the program bound in a way a test of its own cannot
-    reproduce here, it is refused, saying why."""
-    prog = program_names(program)
+def split_tests(tests: list[str], program: str | ProgramNames) -> list[Plan]:
+    """How each of `tests` will be judged against `program` (or its program_names), the tests run in sequence as
+    the dataset's harness runs them: where a test's names mean what another test or the program bound in a way a
+    test of its own cannot reproduce here, it is refused, saying why."""
+    prog = program if isinstance(program, ProgramNames) else program_names(program)
     imported = dict(prog.modules)
     plans, bound, stop = [], {}, ""
     for i, source in enumerate(tests):
