@@ -178,9 +178,27 @@ def _write_all(data: bytes) -> None:
         view = view[os.write(1, view):]
 
 
+_STATM = None  # /proc/self/statm, kept open: read before every job
+
+
 def _vm_bytes() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    global _STATM
+    if _STATM is None:
+        _STATM = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+    return int(os.pread(_STATM, 64, 0).split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+_PLANS: dict[bytes, split.Plan] = {}  # pickled -> plan: a plan serves every completion of a prompt
+_PLANS_KEPT = 4096
+
+
+def _plan(blob: bytes) -> split.Plan:
+    plan = _PLANS.get(blob)
+    if plan is None:
+        if len(_PLANS) >= _PLANS_KEPT:
+            _PLANS.pop(next(iter(_PLANS)))
+        plan = _PLANS[blob] = pickle.loads(blob)
+    return plan
 
 
 def _budgeted(work) -> tuple:
@@ -198,6 +216,10 @@ def _budgeted(work) -> tuple:
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _fields(names: split.ProgramNames) -> tuple:
+    return tuple(getattr(names, f.name) for f in dataclasses.fields(names))
 
 
 def _tests(raw: bytes, nonce: str, plans: list) -> tuple:
@@ -218,9 +240,9 @@ def serve() -> None:
         header = marshal.loads(header)
         if header[0] == "names":
             program = _part().decode("utf-8", "surrogatepass")
-            reply = _budgeted(lambda: dataclasses.astuple(split.program_names(program)))
+            reply = _budgeted(lambda: _fields(split.program_names(program)))
         else:
-            plans = [pickle.loads(_part()) for _ in range(header[2])]
+            plans = [_plan(_part()) for _ in range(header[2])]
             raw = _part()
             reply = _budgeted(lambda: _tests(raw, header[1], plans))
             del raw, plans

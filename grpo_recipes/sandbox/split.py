@@ -1311,9 +1311,13 @@ def program_names(program: str) -> ProgramNames:
     except Exception:  # noqa: BLE001 - it does not load in the sandbox either, or too deep to read here
         return ProgramNames(reads=None)
     imports = _imports(tree.body)
-    froms = {(a.asname or a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    assigned = {n for n in binds if n not in imports or n in froms} | {
-        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    froms, stored = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            froms.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stored.add(node.id)
+    assigned = {n for n in binds if n not in imports or n in froms} | stored
     modules = tuple(sorted((n, m) for n, m in imports.items() if m and n not in assigned))
     return ProgramNames(frozenset(binds & _PY_BUILTINS), modules, frozenset(binds), frozenset(reads))
 
