@@ -197,7 +197,10 @@ def _plan(blob: bytes) -> split.Plan:
     if plan is None:
         if len(_PLANS) >= _PLANS_KEPT:
             _PLANS.pop(next(iter(_PLANS)))
-        plan = _PLANS[blob] = pickle.loads(blob)
+        plan = pickle.loads(blob)
+        env = plan.actions[0] if plan.actions else {}
+        if not any(hasattr(v, "__next__") for v in env.values()):  # judging would use an iterator up: such a
+            _PLANS[blob] = plan  # plan is unpickled afresh for every job
     return plan
 
 
