@@ -282,8 +282,11 @@ def test_issue46_item7_names_bound_by_an_earlier_test_mean_what_they_mean_in_pyt
     result = assert_as_python(reads_global, ["k = 3", "assert f(2) == 6", "assert f(3) == 9"])
     assert result.passed == 0 and "binds 'k', which the program's code reads" in result.stderr, result
     assert_as_python(reads_global, ["assert f(2) == 4", "j = 3\nassert f(j) == 6"])  # nothing shared: all judged
-    # names a test does not spell out: dir(), globals(), eval
+    # names a test does not spell out: dir(), globals(), eval, import *
     assert_as_python("def f():\n    return 1", ["x = f()", "assert 'x' not in dir()", "assert eval('x') == 2"])
+    result = assert_as_python("sqrt = lambda x: 0\ndef f(x):\n    return x", ["from math import *",
+                                                                             "assert sqrt(f(4)) == 0"])
+    assert result.passed == 0 and "may bind any name" in result.stderr, result  # Python: math's sqrt, 2.0
     # an import in an earlier test is the module in the later ones, as in Python
     result = assert_as_python("def f(x):\n    return 12.56", ["import math", "assert math.isclose(f(2), 12.56)"])
     assert result.status == "ok", result

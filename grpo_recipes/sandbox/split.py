@@ -639,7 +639,7 @@ class _Splitter:
         self.program = program  # builtin names that mean the program's own definitions (the program world)
         self.visited = 0
         self.handed: dict[int, object] = {}  # the test's mutable values sent to the program (see Evaluator)
-        self.originals: list = []  # the test's mutable values frozen as constants, as they were (see _const)
+        self.frozen: dict[int, object] = {}  # id -> the test's mutable objects frozen into constants (_const)
 
     def env(self) -> dict:
         return {**self.consts, **self.facades, **self.hostfns}
@@ -685,7 +685,7 @@ class _Splitter:
             raise Unsplittable("it uses a value the program received, which it may have changed in place: in "
                                "Python the test would see that change, the host's copy would not")
         if _mutable(value):  # a later call may change it before the test uses the copy (see _prepare)
-            self.originals.append(value)
+            self.frozen.update((id(v), v) for v in _contents(value)[0] if not isinstance(v, _IMMUTABLE))
         try:
             value = copy.deepcopy(value)
         except Exception:  # noqa: BLE001 - a generator: the host never changes it after this point anyway
@@ -1035,7 +1035,7 @@ class _Splitter:
             raise Unsplittable("a step hands the program one mutable value twice (an alias): the sandbox would "
                                "get two copies, where Python passes one object")
         fresh = {id(v): v for v in contents[1:] if not isinstance(v, _IMMUTABLE)}
-        if any(_reaches(v, fresh) for v in self.originals):  # `assert a == f(a)`: Python compares the changed a
+        if fresh.keys() & self.frozen.keys():  # `assert a == f(a)`: Python compares the changed a
             raise Unsplittable("the program receives a value the test already took a copy of: in Python the test "
                                "would see the program's changes to it, the host's copy would not")
         self.handed.update(fresh)
@@ -1356,7 +1356,7 @@ class _TestNames:
     modules: frozenset  # names it uses as modules (`math.isclose`) without binding them
     world: frozenset  # see _free_builtins
     reads_all: bool = False  # it reads names it does not spell out (dir(), globals(), eval): any name at all
-    binds_any: bool = False  # it binds names it does not spell out (exec, globals()[...] = ...)
+    binds_any: bool = False  # it binds names it does not spell out (exec, globals()[...] = ..., import *)
 
 
 _READS_ALL = frozenset({"dir", "globals", "locals", "vars", "eval", "exec", "breakpoint"})
@@ -1410,8 +1410,9 @@ def _test_names(source: str) -> _TestNames | None:
         return None
     modules = {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    star = any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree))
     return _TestNames(frozenset(early), tuple(sorted(binds.items())), frozenset(modules & early), world,
-                      bool(called & _READS_ALL & early), bool(called & _BINDS_ANY & early))
+                      bool(called & _READS_ALL & early), star or bool(called & _BINDS_ANY & early))
 
 
 def split_tests(tests: list[str], program: str | ProgramNames) -> list[Plan]:
@@ -1431,7 +1432,7 @@ def split_tests(tests: list[str], program: str | ProgramNames) -> list[Plan]:
             reason = reason or ("it reads names it does not spell out (dir(), globals(), eval), and an earlier test "
                                 "binds some: in Python it would see them, here each test runs on its own")
         if names.binds_any:
-            stop = stop or ("test %d may bind any name (exec, globals()): in Python the program and the later tests "
+            stop = stop or ("test %d may bind any name (exec, globals(), import *): in Python the program and the later tests "
                             "would see them, here they do not" % i)
             reason = reason or stop
         for name in sorted(names.early):
