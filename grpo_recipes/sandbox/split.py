@@ -1432,8 +1432,8 @@ def split_tests(tests: list[str], program: str | ProgramNames) -> list[Plan]:
             reason = reason or ("it reads names it does not spell out (dir(), globals(), eval), and an earlier test "
                                 "binds some: in Python it would see them, here each test runs on its own")
         if names.binds_any:
-            stop = stop or ("test %d may bind any name (exec, globals(), import *): in Python the program and the later tests "
-                            "would see them, here they do not" % i)
+            stop = stop or ("test %d may bind any name (exec, globals(), import *): in Python the program and "
+                            "the later tests would see them, here they do not" % i)
             reason = reason or stop
         for name in sorted(names.early):
             if name in bound and not bound[name][1]:
