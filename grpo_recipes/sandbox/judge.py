@@ -189,18 +189,23 @@ def _vm_bytes() -> int:
 
 
 _PLANS: dict[bytes, split.Plan] = {}  # pickled -> plan: a plan serves every completion of a prompt
-_PLANS_KEPT = 4096
+_PLANS_KEPT = 16 << 20  # bytes of pickled plans kept, oldest dropped first
+_plans_bytes = 0
 
 
 def _plan(blob: bytes) -> split.Plan:
+    global _plans_bytes
     plan = _PLANS.get(blob)
     if plan is None:
-        if len(_PLANS) >= _PLANS_KEPT:
-            _PLANS.pop(next(iter(_PLANS)))
         plan = pickle.loads(blob)
         env = plan.actions[0] if plan.actions else {}
-        if not any(hasattr(v, "__next__") for v in env.values()):  # judging would use an iterator up: such a
-            _PLANS[blob] = plan  # plan is unpickled afresh for every job
+        if any(hasattr(v, "__next__") for v in env.values()):  # judging would use an iterator up: such a plan is
+            return plan  # unpickled afresh for every job
+        while _PLANS and _plans_bytes + len(blob) > _PLANS_KEPT:
+            _plans_bytes -= len(next(iter(_PLANS)))
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[blob] = plan
+        _plans_bytes += len(blob)
     return plan
 
 
