@@ -945,8 +945,8 @@ class _Splitter:
             operands = [node.left, *node.comparators]
             for op, left, right in zip(node.ops, operands, operands[1:]):
                 if not isinstance(op, (ast.Is, ast.IsNot)) or any(
-                        isinstance(x, ast.Constant) and x.value in (None, True, False, ...) and type(x.value) in (
-                            type(None), bool, type(...)) for x in (left, right)):
+                        isinstance(x, ast.Constant) and type(x.value) in (type(None), bool, type(...))
+                        for x in (left, right)):
                     continue
                 if all(_is_type(x) for x in (left, right)) or self._static_only(node):  # live values, not copies
                     continue
@@ -1299,7 +1299,6 @@ class ProgramNames:
 
     shadowed: frozenset = frozenset()  # builtin names it binds (def sum): a test that calls only those calls them
     modules: tuple = ()  # (name, module) for the names it binds only with `import module [as name]`
-    bound: frozenset = frozenset()  # every name it binds at module level
     reads: frozenset | None = frozenset()  # the global names its code reads as written; None: unknown (no parse)
 
 
@@ -1319,7 +1318,7 @@ def program_names(program: str) -> ProgramNames:
             stored.add(node.id)
     assigned = {n for n in binds if n not in imports or n in froms} | stored
     modules = tuple(sorted((n, m) for n, m in imports.items() if m and n not in assigned))
-    return ProgramNames(frozenset(binds & _PY_BUILTINS), modules, frozenset(binds), frozenset(reads))
+    return ProgramNames(frozenset(binds & _PY_BUILTINS), modules, frozenset(reads))
 
 
 def shadowed_builtins(program: str) -> frozenset:
@@ -1442,7 +1441,7 @@ def split_tests(tests: list[str], program: str | ProgramNames) -> list[Plan]:
                                     % (name, bound[name][0]))
             elif name in bound or name in imported:
                 modules[name] = bound[name][1] if name in bound else imported[name]
-            elif name in names.modules and name in HOST_MODULES:
+            elif name in names.modules and name in HOST_MODULES:  # `math.isclose(...)`, no `import math`
                 reason = reason or ("it uses %r without importing it, and the program does not import it either: "
                                     "in Python that name is whatever the program bound there" % name)
         for name, module in names.binds:
