@@ -264,9 +264,9 @@ def send(message, bits):
     for i, bit in enumerate(bits):  # names known beforehand: found by bind even without /proc/net/unix
         if bit:
             in_flight("sbx-bit-%d" % i)
-    return message in open("/proc/net/unix").read()  # the control: in flight, within its own job
+    return message in open("/proc/self/net/unix").read()  # the control: in flight, within its own job
 def receive(n):
-    listed = re.findall(r"@(sbx-msg-[0-9a-f]+)", open("/proc/net/unix").read())
+    listed = re.findall(r"@(sbx-msg-[0-9a-f]+)", open("/proc/self/net/unix").read())
     bits = []
     for i in range(n):
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -310,6 +310,154 @@ def test_sockets_left_in_flight_reach_no_later_job_or_case():
     assert result.stdout.split("\n")[1] == f"None {[0] * len(bits)}", result
     if sandbox.isolation().namespaces:  # a zygote's own network namespace: nothing left in it between jobs
         assert set(zygote_sockets().values()) <= {0}, zygote_sockets()
+
+
+# ---- issue 46, item 10: the page cache of the files every job reads, from a job that already finished
+
+PAGES = """
+import os, time
+D = os.path.dirname(os.__file__)
+FILES = sorted(os.path.join(D, n) for n in os.listdir(D) if n.endswith(".py"))[20:36]
+def evict(path):  # the sender: drop the file's pages from the page cache, which every job's overlay reads through
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.pread(fd, 4096, 0)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return "evicted"
+    except OSError as exc:
+        return os.strerror(exc.errno)
+    finally:
+        os.close(fd)
+def cached(path):  # the receiver: RWF_NOWAIT answers without timing; where it cannot, a read's time does
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+            return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass
+        start = time.perf_counter_ns()
+        os.pread(fd, 4096, 0)
+        return time.perf_counter_ns() - start < 30_000
+    finally:
+        os.close(fd)
+"""
+
+
+def test_issue46_item10_a_finished_job_leaves_nothing_in_the_page_cache_for_the_next():
+    bits = random_bits(16)
+    sender = PAGES + f"done = [evict(p) for p, bit in zip(FILES, {bits!r}) if bit]\nprint(sorted(set(done)))"
+    receiver = PAGES + "bits = [int(not cached(p)) for p in FILES]\nprint('read', bits)\ndef f():\n    return bits"
+    sent = sandbox.run_tests(sender, ["pass"], timeout_s=HANG_S)  # finished before the receiver starts
+    received = sandbox.run_tests(receiver, [f"assert f() == {bits!r}"], timeout_s=HANG_S)
+    assert sent.status == "ok" and "evicted" not in sent.stdout, sent  # the filter refuses the eviction
+    assert "Function not implemented" in sent.stdout, sent
+    assert received.passed == 0 and received.stdout.startswith("read ["), received  # it ran, and read nothing
+
+
+# ---- issue 46, item 11: the host's count of processes ever started, between two jobs one after the other
+
+COUNTS = """
+import os, socket
+def views():  # every view this job has of host-wide counts a job can advance
+    out = {}
+    def view(name, read):
+        try:
+            out[name] = read()
+        except OSError as exc:
+            out[name] = os.strerror(exc.errno)
+    view("/proc/stat", lambda: int(open("/proc/stat").read().split("processes")[1].split()[0]))
+    view("pidfd_open", lambda: os.fstat(os.pidfd_open(os.getpid())).st_ino)
+    a, b = socket.socketpair()
+    view("SO_PEERPIDFD", lambda: os.fstat(a.getsockopt(socket.SOL_SOCKET, 77)).st_ino)
+    view("SO_COOKIE", lambda: int.from_bytes(a.getsockopt(socket.SOL_SOCKET, 57, 8), "little"))
+    for name in ("loadavg", "vmstat", "meminfo", "sys/kernel/random/boot_id", "sys/fs/file-nr"):
+        view("/proc/" + name, lambda: open("/proc/" + name).read()[:20])
+    out["/proc"] = sorted(n for n in os.listdir("/proc") if not n.isdigit())
+    return out
+def counter():
+    for value in views().values():
+        if isinstance(value, int):
+            return value
+"""
+
+
+def test_issue46_item11_no_host_wide_counter_carries_a_number_between_jobs():
+    message = secrets.randbelow(64)
+    sender = COUNTS + textwrap.dedent(f"""
+        seen = counter()
+        while seen is not None and seen % 64 != {message}:  # fork until the count says the message
+            if os.fork() == 0:
+                os._exit(0)
+            os.wait()
+            seen = counter()
+        print(views())
+        """)
+    receiver = COUNTS + "seen = counter()\ndef f():\n    return None if seen is None else (seen - 3) % 64"
+    sent = sandbox.run_tests(sender, ["pass"], timeout_s=HANG_S)
+    received = sandbox.run_tests(receiver, [f"assert f() == {message}"], timeout_s=HANG_S)
+    assert sent.status == "ok", sent
+    views = eval(sent.stdout)  # noqa: S307 - what this test's own program printed
+    assert not [v for k, v in views.items() if isinstance(v, int)], views  # no view shows a count
+    assert set(views["/proc"]) <= {"self", "thread-self"}, views  # the job's processes, nothing host-wide
+    assert received.passed == 0, received
+
+
+# ---- issue 46, item 12: a futex wake on a shared mapping of a file both jobs read, between jobs running at once
+
+FUTEX = """
+import ctypes, mmap, os, platform, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+SYS_FUTEX = {"x86_64": 202, "aarch64": 98}[platform.machine()]
+WAIT, WAKE, HOLD = 0, 1, 8.0
+def shared(fd, size=4096):  # MAP_SHARED, as a futex between processes needs; None where refused
+    addr = libc.mmap(None, size, mmap.PROT_READ | (mmap.PROT_WRITE if fd < 0 else 0),
+                     mmap.MAP_SHARED | (mmap.MAP_ANONYMOUS if fd < 0 else 0), fd, 0)
+    return None if addr in (None, 2**64 - 1) else addr
+def futex(addr, op, value, timeout_s=None):
+    spec = (ctypes.c_long * 2)(int(timeout_s), 0) if timeout_s else None
+    return libc.syscall(SYS_FUTEX, ctypes.c_void_p(addr), op, value, spec, None, 0)
+def file_word():
+    return shared(os.open(os.path.join(os.path.dirname(os.__file__), "os.py"), os.O_RDONLY))
+"""
+
+FUTEX_SENDER = FUTEX + """
+word = shared(-1)  # the control: within its own job, a wake reaches a waiting child
+if os.fork() == 0:
+    os._exit(0 if futex(word, WAIT, 0, HOLD) == 0 else 1)
+woken = 0
+end = time.monotonic() + 1
+while not woken and time.monotonic() < end:
+    woken = futex(word, WAKE, 1)
+control = os.waitstatus_to_exitcode(os.wait()[1]) == 0
+addr = file_word()
+end = time.monotonic() + HOLD
+while addr is not None and time.monotonic() < end:  # wakes that a waiter in another job would see
+    futex(addr, WAKE, 1)
+    time.sleep(0.001)
+print("mapped" if addr is not None else "refused")
+"""
+
+FUTEX_RECEIVER = FUTEX + """
+addr = file_word()
+woken = addr is not None and futex(addr, WAIT, ctypes.c_uint32.from_address(addr).value, HOLD) == 0
+print("mapped" if addr is not None else "refused", woken)
+def f():
+    return woken
+"""
+
+
+def test_issue46_item12_a_futex_on_a_file_both_jobs_read_wakes_nobody_else():
+    sender = sandbox.Job(FUTEX_SENDER, ("assert control",), timeout_s=HANG_S)
+    receiver = sandbox.Job(FUTEX_RECEIVER, ("assert f()",), timeout_s=HANG_S)
+    sent, received = sandbox.run_many([sender, receiver], max_workers=2)
+    assert sent.status == "ok", sent  # a futex still works within a job
+    assert received.passed == 0 and received.stdout.split() == ["refused", "False"], received
+    assert sent.stdout.strip() == "refused", sent
 
 
 # ---- item 12: what hostile output costs the host, against a job whose output costs nothing to read

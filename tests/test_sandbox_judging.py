@@ -9,6 +9,7 @@ import pytest
 
 from grpo_recipes import sandbox
 from grpo_recipes.rewards import registry
+from grpo_recipes.sandbox import split
 
 HANG_S = 120
 run_tests = functools.partial(sandbox.run_tests, timeout_s=HANG_S)
@@ -240,3 +241,124 @@ def test_issue34_item7_an_entry_point_named_like_a_builtin_is_the_programs():
     peeking = LATER_STEPS + "import builtins\nsorted = lambda xs: builtins.sorted(xs)\n"
     result = run_tests(peeking, ["assert f(0) == sorted([3, 1, 2])"])
     assert result.passed == 0 and result.modes == ("host",), result
+
+
+# ---- issue 46, items 7 to 9: the host's verdict is Python's, the tests run in sequence in one namespace as the
+# dataset's own harness runs them, or the test is refused with the reason
+
+
+def in_python(program: str, tests: list[str]) -> tuple[bool, ...]:
+    """Each test's verdict when the program and then the tests run in one namespace, one after another."""
+    ns = {"__name__": "__main__"}
+    exec(program, ns)  # noqa: S102 - this module's own programs, none of which rigs anything outside its namespace
+    verdicts = []
+    for test in tests:
+        try:
+            exec(test, ns)  # noqa: S102
+            verdicts.append(True)
+        except Exception:  # noqa: BLE001 - a failed test, whatever it raised
+            verdicts.append(False)
+    return tuple(verdicts)
+
+
+def assert_as_python(program: str, tests: list[str]) -> sandbox.SandboxResult:
+    """Every verdict is Python's, or the test is refused (failed) with its reason in stderr."""
+    result = run_tests(program, tests)
+    expected = in_python(program, tests)
+    for i, (got, want, mode) in enumerate(zip(result.results, expected, result.modes)):
+        assert got == want or (mode == "refused" and not got and f"test {i}: refused" in result.stderr), (
+            i, tests[i], expected, result)
+    return result
+
+
+def test_issue46_item7_names_bound_by_an_earlier_test_mean_what_they_mean_in_python():
+    items = ["r = f(2)", "assert r == 4", "assert r == 4", "assert r == 4"]
+    wrong = assert_as_python("r = 4\ndef f(x):\n    return 5", items)
+    assert wrong.passed == 1, wrong  # Python: 1/4; the program's own `r` answered the three asserts before
+    assert "it reads 'r', which test 0 binds" in wrong.stderr
+    assert_as_python("def f(x):\n    return 4", items)
+    # a test's name that the program's code reads: in Python the program sees the test's value
+    reads_global = "k = 2\ndef f(x):\n    return x * k"
+    result = assert_as_python(reads_global, ["k = 3", "assert f(2) == 6", "assert f(3) == 9"])
+    assert result.passed == 0 and "binds 'k', which the program's code reads" in result.stderr, result
+    assert_as_python(reads_global, ["assert f(2) == 4", "j = 3\nassert f(j) == 6"])  # nothing shared: all judged
+    # names a test does not spell out: dir(), globals(), eval, import *
+    assert_as_python("def f():\n    return 1", ["x = f()", "assert 'x' not in dir()", "assert eval('x') == 2"])
+    result = assert_as_python("sqrt = lambda x: 0\ndef f(x):\n    return x", ["from math import *",
+                                                                             "assert sqrt(f(4)) == 0"])
+    assert result.passed == 0 and "may bind any name" in result.stderr, result  # Python: math's sqrt, 2.0
+    # an import in an earlier test is the module in the later ones, as in Python
+    result = assert_as_python("def f(x):\n    return 12.56", ["import math", "assert math.isclose(f(2), 12.56)"])
+    assert result.status == "ok", result
+
+
+FAKE_MATH = """
+class math:
+    isclose = staticmethod(lambda *a, **k: True)
+def f(r):
+    return 0
+"""
+
+
+def test_issue46_item8_module_names_the_tests_do_not_import_are_modules_not_program_objects():
+    tests = ["assert math.isclose(f(2), 12.56)", "assert math.isclose(f(1), 3.14)", "assert math.isclose(f(3), 28.26)"]
+    honest = "import math\ndef f(r):\n    return 3.14 * r * r"
+    assert run_tests(honest, tests).status == "ok"  # MBPP style: the program imports math, the tests use it
+    wrong = "import math\ndef f(r):\n    return 2 * r"
+    assert run_tests(wrong, tests).passed == 0
+    rigged = "import math\nmath.isclose = lambda *a, **k: True\ndef f(r):\n    return 0"  # Python: 3/3, the rig
+    result = run_tests(rigged, tests)
+    assert result.passed == 0 and result.modes == ("host",) * 3, result  # the host's own math
+    for program in (FAKE_MATH, "def f(r):\n    return 0"):  # a program object named math, or no math at all
+        result = run_tests(program, tests, sandbox_mode_tests="refuse")
+        assert result.passed == 0 and result.modes == ("refused",) * 3, result
+        assert "uses 'math' without importing it" in result.stderr, result.stderr
+        plans = split.split_tests(tests, program)
+        assert not any("12.56" in str(p.wire()) for p in plans)  # the expected value never enters the sandbox
+
+
+MUTATES = """
+def f(*args):
+    todo = list(args)
+    while todo:
+        x = todo.pop()
+        if isinstance(x, list):
+            x.sort()
+            todo += x
+        elif isinstance(x, dict):
+            todo += x.values()
+    return args[0]
+"""
+
+
+def test_issue46_item9_values_the_program_may_change_are_never_judged_stale():
+    aliased = [
+        "cases = [[3, 1, 2], [5, 4]]\nbox = {'k': cases[0]}\nf(box)\nassert cases[0] == [3, 1, 2]",
+        "cases = [[3, 1, 2]]\nbox = {}\nbox.update({'k': cases[0]})\nf(box)\nassert cases == [[3, 1, 2]]",
+        "cases = [[3, 1, 2]]\nf(cases[0])\nassert cases[0] == [3, 1, 2]",
+        "x = [3, 1, 2]\nbox = [x]\nf(box)\nassert x == [3, 1, 2]",
+        "x = [3, 1, 2]\nf(x, [x])\nassert x == [3, 1, 2]",
+        "x = [3, 1, 2]\nf(x, [x])\nassert [x] == [[3, 1, 2]]",
+    ]
+    result = assert_as_python(MUTATES, aliased)
+    assert result.passed == 0, result  # Python: 0/6; the host's copies passed them before
+    # the test takes its value before the call, and compares it after: Python compares the changed list
+    keeps_a_copy = "def f(a):\n    r = list(a)\n    a.sort()\n    return r"
+    taken_before = ["a = [3, 1, 2]\nassert a == f(a)", "cases = [[3, 1, 2]]\nassert cases[0] == f(cases[0])",
+                    "a = [3, 1, 2]\nr = (a, f(a))\nassert r[0] == [3, 1, 2]"]
+    assert assert_as_python(keeps_a_copy, taken_before).passed == 0
+    assert_as_python("def f(*args):\n    return None", aliased)
+    # the case table that stays judged: only an unchanged part is read after the call
+    table = "tests = [([3, 1, 2], [1, 2, 3])]\nfor t in tests:\n    assert f(t[0]) == t[1]"
+    assert assert_as_python(MUTATES, [table]).modes == ("host",)
+
+
+def test_issue46_identity_and_exact_types_are_judged_as_python_would():
+    same = "def f(a):\n    return a"
+    assert_as_python(same, ["a = [1]\nassert f(a) is not a", "a = [1]\nassert f(a) is a"])
+    assert run_tests(same, ["a = [1]\nassert f(a) is not a"]).passed == 0
+    subclass = "class I(int):\n    pass\ndef f(x):\n    return I(2 * x)"  # Python: type(r) is int is False
+    exact = ["r = f(2)\nassert type(r) is int and r == 4", "assert type(f(2)) == int", "assert isinstance(f(2), int)"]
+    result = assert_as_python(subclass, exact)
+    assert result.results == (False, False, True), result
+    assert run_tests("def f(x):\n    return 2 * x", exact).status == "ok"

@@ -45,7 +45,11 @@ def test_codec_nan_and_iterators():
 
 
 def test_subclasses_travel_as_their_base_value_and_objects_do_not_travel():
-    assert type(codec.decode(codec.encode(_I(0)))) is int and codec.decode(codec.encode(_I(0))) == 0
+    back = codec.decode(codec.encode(_I(0)))
+    # the builtin's value and behaviour (the rigged __eq__ stays behind), marked as a subclass: `type(r) is int`
+    # is False on the host, as it is in Python (issue 46)
+    assert isinstance(back, int) and type(back) is not int and type(back) is not _I and back == 0 and back != 1
+    assert type(back).__eq__ is int.__eq__ and type(back).__hash__ is int.__hash__
     assert codec.decode(codec.encode([_I(5)])) == [5]
     with pytest.raises(codec.CodecError):
         codec.encode(_Weird())

@@ -15,7 +15,8 @@ machine lacks a protection, `isolation()` says which at start-up; $GRPO_SANDBOX_
 refuse to run without it.
 
 Layout: host.py (API, pool, detection), split.py (tests -> host-judged plans), verdict.py (records -> results),
-inside/ (everything that runs in the sandbox's interpreter: zygote, jail, harness, codec, seccomp, cgroup).
+judge.py (the process that reads a job's program and judges its values, under a CPU and memory budget), inside/
+(everything that runs in the sandbox's interpreter: zygote, jail, harness, codec, seccomp, cgroup).
 """
 
 from .host import (

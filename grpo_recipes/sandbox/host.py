@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import split, verdict
+from . import judge, split, verdict
 from .inside import cgroup
 
 logger = logging.getLogger("grpo_recipes.sandbox")
@@ -431,8 +431,30 @@ def _root_layout() -> dict:
         for name in ("site-packages", "dist-packages"):
             if os.path.isdir(os.path.join(b, name)):
                 masks.add(os.path.join(b, name))
+    _warm(binds, masks)
     return {"binds": sorted(binds), "links": sorted(links.items()), "masks": sorted(masks),
             "staging": tempfile.gettempdir()}
+
+
+def _warm(binds: set[str], masks: set[str]) -> None:
+    """Ask the kernel to cache every file the minimal root shows, before any job runs. The page cache of these
+    files is shared by every job (the overlays read the host's inodes): a job that reads a file nothing else read
+    would leave it cached for the next job to time. With all of it cached, and no call that evicts a page allowed
+    (inside/seccomp.py), a job has no page to change. Memory pressure on the host can still evict some."""
+    for top in binds:
+        for folder, dirs, files in os.walk(top) if os.path.isdir(top) else [(os.path.dirname(top), [], [top])]:
+            dirs[:] = [d for d in dirs if os.path.join(folder, d) not in masks]
+            for name in files:
+                try:
+                    fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:  # a dangling link, a socket, a file we may not read: no job may read it either
+                    continue
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
 
 
 def _init_config(mode: str) -> dict:
@@ -569,12 +591,14 @@ def _checkin(mode: str, zygote: _Zygote) -> None:
 
 @atexit.register
 def shutdown() -> None:
-    """Stop the idle zygotes (they also exit on their own when this process dies: their stdin closes)."""
+    """Stop the idle zygotes and judging processes (they also exit on their own when this process dies: their stdin
+    closes)."""
     with _idle_lock:
         zygotes = [z for pool in _idle.values() for z in pool]
         _idle.clear()
     for z in zygotes:
         z.close()
+    judge.shutdown()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -676,8 +700,12 @@ def _run_guarded(job: Job, iso: Isolation) -> SandboxResult:
             report = _execute(iso, "io", job.program, [], [i.encode() for i, _ in job.io_cases], job.timeout_s,
                               job.memory_mb, IO_OUTPUT_CAP)
             return _score_io(job, report, start)
-        shadowed = split.shadowed_builtins(job.program)
-        plans = [split.split_test(t, shadowed) for t in job.tests]
+        names = judge.program_names(job.program)
+        if isinstance(names, str):  # its text alone cost more than the budget to read
+            return SandboxResult(0, job.total, "failed", detail=f"reading its text on the host {names}: "
+                                 f"0/{job.total} tests passed", elapsed_s=time.monotonic() - start,
+                                 results=(False,) * job.total)
+        plans = split.split_tests(list(job.tests), names)
         if job.sandbox_mode_tests == "refuse":
             plans = [split.refused(p) if p.mode == "sandbox" else p for p in plans]
             if all(p.mode == "refused" for p in plans):  # nothing to run
@@ -686,7 +714,7 @@ def _run_guarded(job: Job, iso: Isolation) -> SandboxResult:
                                      time.monotonic() - start, (False,) * job.total, ("refused",) * job.total)
         report = _execute(iso, "tests", job.program, plans, [], job.timeout_s, job.memory_mb, OUTPUT_CAP)
         return _score_tests(job, plans, report, start)
-    except _Infra as exc:
+    except (_Infra, judge.JudgeUnavailable) as exc:
         return _infra(job, str(exc), start)
     except Exception as exc:  # the sandbox's own failure must reach the caller as a status, not a traceback
         logger.exception("sandbox job failed")
@@ -733,13 +761,17 @@ def _outcome(run: dict) -> str:
 def _score_tests(job: Job, plans: list[split.Plan], report: dict, start: float) -> SandboxResult:
     run = report["runs"][0]
     modes = tuple(p.mode for p in plans)
-    ready, done, outcomes, forged = verdict.read_tests(run["records"], report["nonce"], plans)
+    ready, done, outcomes, forged, over = judge.read_tests(run["records"], report["nonce"], plans)
     stderr = _text(run["stderr"])
     notes = [f"test {i}: {o.why}" for i, o in enumerate(outcomes) if not o.passed and o.why]
     if notes:  # what the host saw, after what the program printed
         stderr = (stderr + "\n" if stderr else "") + "\n".join(f"[judged on the host] AssertionError: {n}"
                                                               for n in notes)
     common = dict(stdout=_text(run["stdout"]), stderr=stderr, elapsed_s=time.monotonic() - start, modes=modes)
+    if over:  # the program's values cost more to judge than any test needs: its failure, all of it
+        detail = (f"judging its values on the host {over}: 0/{job.total} tests passed (a job's judging gets "
+                  f"{judge.JUDGE_CPU_S:g} s of CPU and {judge.JUDGE_MEMORY_MB} MB; docs/sandbox.md)")
+        return SandboxResult(0, job.total, "failed", detail=detail, results=(False,) * job.total, **common)
     if forged:
         return SandboxResult(0, job.total, "failed", detail=forged, **common)
     if not ready:

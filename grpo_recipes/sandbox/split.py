@@ -38,9 +38,12 @@ import heapq
 import itertools
 import math
 import operator
+import pickle
 import random
 import re
+import reprlib
 import string
+import symtable
 import threading
 from dataclasses import dataclass
 
@@ -77,14 +80,27 @@ class Opaque:
 
 
 class _Failed:
-    """A host-only expression that raised when the host evaluated it while splitting: using it raises again."""
+    """A host-only expression that raised when the host evaluated it while splitting: using it raises again.
+    Only its message is kept: a plan travels to the judging process (judge.py) as a pickle."""
 
     def __init__(self, exc: Exception):
-        self.exc = exc
+        self.why = str(exc) if isinstance(exc, HostJudgeError) else "raised %s on the host: %s" % (
+            type(exc).__name__, safe_text(exc))
 
 
 class HostJudgeError(Exception):
     pass
+
+
+def safe_text(value, limit: int = 200, show=str) -> str:
+    """show(value) cut to `limit` characters, for a message: never raises, whatever the program sent (str() of a
+    16,000-bit int raises ValueError; a KeyError shows its key)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return "<an int of %d bits>" % value.bit_length()
+    try:
+        return show(value)[:limit]
+    except Exception:  # noqa: BLE001 - a part too large to show (an int inside a KeyError, a list of huge ints)
+        return "<%s that cannot be shown>" % type(value).__name__
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,11 @@ class Plan:
     reason: str = ""  # why "sandbox" or "refused"
     source: str = ""  # the test as written
     program_names: bool = False  # the steps see the program's own definitions of builtin names (sum, len, ...)
+
+    @functools.cached_property
+    def pickled(self) -> bytes:
+        """What the judging process needs of it (judge.py), pickled once: a plan serves every completion."""
+        return pickle.dumps(Plan(self.mode, self.steps, self.actions, self.reason), pickle.HIGHEST_PROTOCOL)
 
     def wire(self) -> tuple:
         if self.mode == "host":
@@ -119,25 +140,45 @@ class _Facade:
     def __init__(self, name: str, members: dict):
         self.name, self.members = name, members
 
+    def __reduce__(self):  # unpickled, a static module's members are the judging process's own (_CALLABLE)
+        return (_facade, (self.name,)) if self.name in _STATIC_FACADES else (_Facade, (self.name, self.members))
 
-def _bounded(make):
+
+class _Bounded:
     """An itertools function whose output the host draws at most MAX_ITERATIONS items of (permutations(range(20))).
     No function arguments (accumulate's func): a builtin handed over that way would run unguarded (pow)."""
 
-    def call(*args, **kwargs):
+    def __init__(self, make):
+        self.make, self.__name__ = make, make.__name__
+
+    def __call__(self, *args, **kwargs):
+        make = self.make
         if kwargs.get("repeat", 1) > 100 or "func" in kwargs or (make is itertools.accumulate and len(args) > 1):
             raise HostJudgeError("%s() with these arguments is not evaluated on the host" % make.__name__)
+        return _Capped(make(*args, **kwargs), make.__name__)
 
-        def items():
-            for n, item in enumerate(make(*args, **kwargs)):
-                if n >= MAX_ITERATIONS:
-                    raise HostJudgeError("more than %d items from %s on the host" % (MAX_ITERATIONS, make.__name__))
-                yield item
+    def __reduce__(self):  # the judging process's own instance: the one its _CALLABLE knows
+        return _itertools_member, (self.__name__,)
 
-        return items()
 
-    call.__name__ = make.__name__
-    return call
+def _itertools_member(name: str) -> _Bounded:
+    return _STATIC_FACADES["itertools"][name]
+
+
+class _Capped:
+    """The items of an itertools iterator, at most MAX_ITERATIONS of them; unlike a generator, it pickles."""
+
+    def __init__(self, items, name: str):
+        self.items, self.name, self.drawn = items, name, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.drawn >= MAX_ITERATIONS:
+            raise HostJudgeError("more than %d items from %s on the host" % (MAX_ITERATIONS, self.name))
+        self.drawn += 1
+        return next(self.items)
 
 
 _MATH = ("fabs", "isclose", "sqrt", "isqrt", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "exp", "log",
@@ -150,7 +191,7 @@ _STATIC_FACADES = {
     "math": {n: getattr(math, n) for n in _MATH if hasattr(math, n)},
     "collections": {"Counter": collections.Counter, "OrderedDict": collections.OrderedDict,
                     "deque": collections.deque},
-    "itertools": {n: _bounded(getattr(itertools, n)) for n in _ITERTOOLS if hasattr(itertools, n)},
+    "itertools": {n: _Bounded(getattr(itertools, n)) for n in _ITERTOOLS if hasattr(itertools, n)},
     "string": {n: getattr(string, n) for n in ("ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits",
                                                "hexdigits", "octdigits", "punctuation", "printable", "whitespace",
                                                "capwords")},
@@ -285,9 +326,9 @@ class Unrolled(ast.expr):
 
     _fields = ("elts",)
 
-    def __init__(self, kind: str, elts: list):
+    def __init__(self, kind: str = "", elts: list = ()):  # defaults: unpickling calls Unrolled() first
         super().__init__()
-        self.kind, self.elts = kind, elts
+        self.kind, self.elts = kind, list(elts)
 
 
 def _check_pow(a, b) -> None:
@@ -330,16 +371,24 @@ class Evaluator:
 
     `mutate`: while splitting, the test's own values may change (`xs.append(1)`, a seeded generator's draws)."""
 
-    def __init__(self, env: dict, mutate: bool = False):
+    def __init__(self, env: dict, mutate: bool = False, handed: dict | None = None):
         self.env = env
         self.mutate = mutate
         self.iterations = 0
+        self.handed = handed  # id -> object: the test's values the program received, and may have changed
 
-    def __call__(self, node: ast.AST):
+    def __call__(self, node: ast.AST, container: bool = False):
         method = getattr(self, "_" + type(node).__name__, None)
         if method is None:
             raise HostJudgeError("cannot evaluate %s on the host" % type(node).__name__)
-        return method(node)
+        value = method(node)
+        # What the program received lives on in the sandbox; the host's copy is stale. Indexing a value that holds
+        # one is fine (t[1] after f(t[0])): only what is read out of it is checked.
+        if self.handed and (id(value) in self.handed if container else _reaches(value, self.handed)):
+            raise Unsplittable("%r reads a value the program received, which it may have changed in place: in "
+                               "Python the test would see that change, the host's copy would not"
+                               % ast.unparse(node)[:80])
+        return value
 
     def _value(self, value):
         if isinstance(value, Raised):
@@ -347,9 +396,7 @@ class Evaluator:
         if isinstance(value, Opaque):
             raise HostJudgeError("its value cannot be judged outside the sandbox: %s" % value.why)
         if isinstance(value, _Failed):
-            exc = value.exc
-            raise HostJudgeError(str(exc) if isinstance(exc, HostJudgeError) else
-                                 "raised %s on the host: %s" % (type(exc).__name__, str(exc)[:200]))
+            raise HostJudgeError(value.why)
         return value
 
     def _Constant(self, node):
@@ -411,7 +458,7 @@ class Evaluator:
         return self(node.body) if self(node.test) else self(node.orelse)
 
     def _Subscript(self, node):
-        return self(node.value)[self(node.slice)]
+        return self(node.value, container=True)[self(node.slice)]
 
     def _Slice(self, node):
         return slice(*(None if p is None else self(p) for p in (node.lower, node.upper, node.step)))
@@ -457,7 +504,7 @@ class Evaluator:
                 emit()
                 return
             gen = generators[i]
-            for item in self(gen.iter):
+            for item in self(gen.iter, container=True):  # its items are checked where they are read
                 self.iterations += 1
                 if self.iterations > MAX_ITERATIONS:
                     raise HostJudgeError("more than %d comprehension items on the host" % MAX_ITERATIONS)
@@ -527,11 +574,46 @@ def _free_names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - _bound_inside(node)
 
 
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, range, tuple, frozenset)
+
+
+def _contents(value) -> tuple[list, bool]:
+    """Every object reachable from `value` through containers (itself included), each once, and whether a mutable
+    one is reached twice: an alias, which the codec would turn into two copies."""
+    seen, found, twice, todo = set(), [], False, [value]
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            twice = twice or not isinstance(v, _IMMUTABLE)
+            continue
+        seen.add(id(v))
+        found.append(v)
+        if isinstance(v, dict):
+            todo += [*v.keys(), *v.values()]
+        elif isinstance(v, (list, tuple, set, frozenset, collections.deque)):
+            todo += list(v)
+    return found, twice
+
+
+def _reaches(value, handed: dict) -> bool:
+    if isinstance(value, (str, bytes, int, float, type(None))):
+        return False
+    return any(id(v) in handed for v in _contents(value)[0])
+
+
 def _mutable(value) -> bool:
     """Whether the program could change this value in place (then it lives in the sandbox once sent there)."""
     if isinstance(value, (tuple, frozenset)):
         return any(map(_mutable, value))
     return not isinstance(value, (type(None), bool, int, float, complex, str, bytes, range))
+
+
+def _is_type(node: ast.AST) -> bool:
+    """`int`, `str`, ... or `type(x)`: types are the host's own objects, one per type, as in Python."""
+    if isinstance(node, ast.Name):
+        return isinstance(HOST_BUILTINS.get(node.id), type)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and len(
+        node.args) == 1 and not node.keywords
 
 
 # ---- the splitter
@@ -556,6 +638,8 @@ class _Splitter:
         self.fresh: dict[str, tuple] = {}  # mirror -> (step count when its value was last known, where it is)
         self.program = program  # builtin names that mean the program's own definitions (the program world)
         self.visited = 0
+        self.handed: dict[int, object] = {}  # the test's mutable values sent to the program (see Evaluator)
+        self.frozen: dict[int, object] = {}  # id -> the test's mutable objects frozen into constants (_const)
 
     def env(self) -> dict:
         return {**self.consts, **self.facades, **self.hostfns}
@@ -591,11 +675,17 @@ class _Splitter:
 
     # -- values the host computes now: the test's own, live (aliases and in-place changes hold as in Python)
 
-    def _eval_static(self, node: ast.AST):
-        return Evaluator({**self.static, **self.facades, **self.hostfns}, mutate=True)(node)
+    def _eval_static(self, node: ast.AST, container: bool = False):
+        evaluator = Evaluator({**self.static, **self.facades, **self.hostfns}, mutate=True, handed=self.handed)
+        return evaluator(node, container)
 
     def _const(self, value) -> ast.Name:
         """A value frozen where the test uses it: a later in-place change of the test's own value must not reach it."""
+        if self.handed and _reaches(value, self.handed):
+            raise Unsplittable("it uses a value the program received, which it may have changed in place: in "
+                               "Python the test would see that change, the host's copy would not")
+        if _mutable(value):  # a later call may change it before the test uses the copy (see _prepare)
+            self.frozen.update((id(v), v) for v in _contents(value)[0] if not isinstance(v, _IMMUTABLE))
         try:
             value = copy.deepcopy(value)
         except Exception:  # noqa: BLE001 - a generator: the host never changes it after this point anyway
@@ -608,6 +698,8 @@ class _Splitter:
         """A host-only part the host can compute now: computed once, here; what it raises is raised where it is used."""
         try:
             value = self._eval_static(node)
+        except Unsplittable:
+            raise
         except Exception as exc:  # noqa: BLE001 - the test's own expression fails: its assertion fails when judged
             key = "=%d" % len(self.consts)
             self.consts[key] = _Failed(exc)
@@ -757,7 +849,9 @@ class _Splitter:
             gen = gens[i]
             self._check_host_only(gen.iter)
             try:
-                items = list(self._eval_static(gen.iter))
+                items = list(self._eval_static(gen.iter, container=True))
+            except Unsplittable:
+                raise
             except Exception as exc:  # noqa: BLE001
                 raise Unsplittable("a comprehension's iterable raised %s on the host" % type(exc).__name__) from None
             for item in items:
@@ -841,6 +935,24 @@ class _Splitter:
             if bad:
                 raise Unsplittable("the host cannot evaluate %r" % ast.unparse(sub)[:80])
 
+    def _check_identity(self, stmt: ast.stmt) -> None:
+        """`is` between values the host gets as copies (read back from the sandbox, or frozen per use) answers
+        otherwise than Python (`f(a) is not a`): only a singleton (None, True, False, ...) or two types may be
+        compared so, unless both sides are the test's own values, which the host evaluates live."""
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Compare) or not any(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
+                continue
+            operands = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, operands, operands[1:]):
+                if not isinstance(op, (ast.Is, ast.IsNot)) or any(
+                        isinstance(x, ast.Constant) and type(x.value) in (type(None), bool, type(...))
+                        for x in (left, right)):
+                    continue
+                if all(_is_type(x) for x in (left, right)) or self._static_only(node):  # live values, not copies
+                    continue
+                raise Unsplittable("%r compares identities of values the host receives as copies"
+                                   % ast.unparse(node)[:80])
+
     def _module_member(self, node: ast.Attribute) -> bool:
         return (isinstance(node.value, ast.Name) and self._kind(node.value.id) == "module"
                 and node.attr in self.facades[node.value.id].members)
@@ -862,22 +974,28 @@ class _Splitter:
         return Freeze().visit(_copy(node))
 
     def _input(self, node: ast.AST):
-        """The tokens of a part of a probe the host computes now, or None to leave it to the sandbox as written."""
+        """(tokens, value) of a part of a probe the host computes now, or None to leave it to the sandbox as
+        written."""
         try:
             self._check_host_only(node)
             value = self._eval_static(node)
             tokens = codec.encode(value)
             back = codec.decode(tokens)
+        except Unsplittable:
+            raise
         except Exception:  # noqa: BLE001 - the sandbox computes it as Python would, and fails as Python would
             return None
-        return tokens if type(back) is type(value) and back == value else None
+        return (tokens, value) if type(back) is type(value) and back == value else None
 
     def _prepare(self, node: ast.AST) -> tuple[ast.AST, tuple, list]:
         """What a step sends in: (source, inputs, names it hands over). Each part that holds the test's own values
         is computed here and sent as a value (`f(t[0])` sends t[0], not t); a value the host computed from the
-        program's results is never sent back."""
+        program's results is never sent back. The mutable values sent are recorded in `handed`: the host may not
+        read them again (the program may change them), and none may be sent twice in one step (the sandbox would
+        get two copies where Python passes one object)."""
         own = _bound_inside(node)
         bindings: list = []
+        sent: list = []
         splitter = self
 
         class Inputs(ast.NodeTransformer):
@@ -886,9 +1004,10 @@ class _Splitter:
                     names = _free_names(sub)
                     if not names & own and splitter._static_only(sub) and any(
                             splitter._kind(n) == "static" for n in names):
-                        tokens = splitter._input(sub)
-                        if tokens is not None:
-                            bindings.append(("__in%d" % len(bindings), tokens))
+                        part = splitter._input(sub)
+                        if part is not None:
+                            bindings.append(("__in%d" % len(bindings), part[0]))
+                            sent.append(part[1])
                             return ast.Name(id=bindings[-1][0], ctx=ast.Load())
                 return self.generic_visit(sub)
 
@@ -901,12 +1020,25 @@ class _Splitter:
                 raise Unsplittable("a value the host computes from the program's results is passed back in")
             if kind == "static":
                 value = self.static[name]
+                if self.handed and _reaches(value, self.handed):
+                    raise Unsplittable("input %r holds a value the program received before, which it may have "
+                                       "changed in place: the host's copy is stale" % name)
                 try:
                     bindings.append((name, codec.encode(value)))
                 except codec.CodecError as exc:
                     raise Unsplittable("input %r is not plain data: %s" % (name, exc)) from None
+                sent.append(value)
                 if _mutable(value):
                     handed.append(name)
+        contents, twice = _contents(tuple(sent))
+        if twice:
+            raise Unsplittable("a step hands the program one mutable value twice (an alias): the sandbox would "
+                               "get two copies, where Python passes one object")
+        fresh = {id(v): v for v in contents[1:] if not isinstance(v, _IMMUTABLE)}
+        if fresh.keys() & self.frozen.keys():  # `assert a == f(a)`: Python compares the changed a
+            raise Unsplittable("the program receives a value the test already took a copy of: in Python the test "
+                               "would see the program's changes to it, the host's copy would not")
+        self.handed.update(fresh)
         return new, tuple(bindings), handed
 
     def _add_step(self, step: tuple) -> int:
@@ -942,6 +1074,7 @@ class _Splitter:
     def _statement(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
             return
+        self._check_identity(stmt)
         if isinstance(stmt, ast.Assert):
             tree = self._host_tree(stmt.test, False)
             self.actions.append(("assert", tree, ast.unparse(stmt.test)))
@@ -1055,7 +1188,7 @@ class _Splitter:
     def _for(self, stmt: ast.For) -> None:
         if stmt.orelse or any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(stmt)):
             raise Unsplittable("a loop with break, continue or else")
-        items = self._static_value(stmt.iter, list, "a loop over", "a loop's iterable")
+        items = self._static_value(stmt.iter, list, "a loop over", "a loop's iterable", container=True)
         names, _ = _target_names(stmt.target)
         for item in items:
             tmp: dict = {}
@@ -1071,14 +1204,16 @@ class _Splitter:
         taken = self._static_value(stmt.test, bool, "an if on", "an if's condition")
         self.statements(stmt.body if taken else stmt.orelse)
 
-    def _static_value(self, node: ast.expr, convert, use: str, part: str):
+    def _static_value(self, node: ast.expr, convert, use: str, part: str, container: bool = False):
         """convert(`node`'s value), computed on the host from the test's own values; Unsplittable when the
         program's values reach it or computing it raises."""
         if not self._static_only(node):
             raise Unsplittable("%s values the program computes" % use)
         self._check_host_only(node)
         try:
-            return convert(self._eval_static(node))
+            return convert(self._eval_static(node, container))
+        except Unsplittable:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise Unsplittable("%s raised %s on the host" % (part, type(exc).__name__)) from None
 
@@ -1121,44 +1256,83 @@ def _inline_check(module: ast.Module) -> list[ast.stmt]:
     return rest + inlined
 
 
-def shadowed_builtins(program: str) -> frozenset:
-    """The builtin names a program binds at module level as written (def, class, import, assignment, `global`):
-    a test that calls them means the program's (`def sum(xs)`), as in Python. Bindings made at run time
-    (`globals()[...]`) are not seen: the host then uses the real builtin, which a program could get anyway by
-    not defining the name."""
+def _scope(source: str, mode: str = "exec") -> tuple[set, set]:
+    """(global names read, module-level names bound) by `source`, in any scope, as Python scopes them."""
+    table = symtable.symtable(source, "<code>", mode)
+    reads = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    binds = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    todo = list(table.get_children())
+    while todo:
+        child = todo.pop()
+        todo += child.get_children()
+        for sym in child.get_symbols():
+            if sym.is_global() and sym.is_referenced():
+                reads.add(sym.get_name())
+            if sym.is_declared_global():  # `global x` in a function: x may be bound at module level
+                binds.add(sym.get_name())
+    return reads, binds
+
+
+def _imports(stmts: list[ast.stmt]) -> dict[str, str]:
+    """{name: module} of the module-level `import module [as name]` statements among `stmts` (their if, for and try
+    blocks included); a name bound by an import of two different modules maps to ''."""
+    found: dict[str, str] = {}
+    todo = list(stmts)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                module = alias.name if alias.asname else name
+                found[name] = module if found.get(name, module) == module else ""
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+@dataclass(frozen=True)
+class ProgramNames:
+    """What a program binds and reads at module level, as written: what the names its tests use mean. Bindings
+    made at run time (`globals()[...]`) are not seen: there the host takes a name as its real builtin or module,
+    which a program could get anyway by not defining it."""
+
+    shadowed: frozenset = frozenset()  # builtin names it binds (def sum): a test that calls only those calls them
+    modules: tuple = ()  # (name, module) for the names it binds only with `import module [as name]`
+    reads: frozenset | None = frozenset()  # the global names its code reads as written; None: unknown (no parse)
+
+
+def program_names(program: str) -> ProgramNames:
     try:
         with _SPLIT_LOCK:
             tree = ast.parse(program)
-    except Exception:  # noqa: BLE001 - it does not load in the sandbox either: never the host's fault
-        return frozenset()
-    names, todo = set(), [(tree, True)]
-    while todo:
-        node, top = todo.pop()
-        if isinstance(node, ast.Global):
-            names.update(node.names)
-        elif top and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif top and isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif top and isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif top and isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
-            names.add(node.name)
-        inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
-                                              *_COMPS))
-        todo.extend((child, inner) for child in ast.iter_child_nodes(node))
-    return frozenset(names & _PY_BUILTINS)
+            reads, binds = _scope(program)
+    except Exception:  # noqa: BLE001 - it does not load in the sandbox either, or too deep to read here
+        return ProgramNames(reads=None)
+    imports = _imports(tree.body)
+    froms, stored = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            froms.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stored.add(node.id)
+    assigned = {n for n in binds if n not in imports or n in froms} | stored
+    modules = tuple(sorted((n, m) for n, m in imports.items() if m and n not in assigned))
+    return ProgramNames(frozenset(binds & _PY_BUILTINS), modules, frozenset(reads))
 
 
-def _program_world(body: list[ast.stmt], shadowed: frozenset) -> frozenset:
-    """The program's builtin-named functions this test calls, when it calls no other program name.
+def shadowed_builtins(program: str) -> frozenset:
+    """The builtin names a program binds at module level as written (def, class, import, assignment, `global`):
+    a test that calls them means the program's (`def sum(xs)`), as in Python."""
+    return program_names(program).shadowed
 
-    `assert sum([1, 2, 3]) == 6` against `def sum(xs)` calls the program, as Python would: the function under test.
-    Where the test also calls other program functions, a redefined builtin is the real one: in
-    `assert f(x) == sorted([3, 1, 2])` it computes an expected value, and [3, 1, 2] must not go in (every step's
-    inputs are visible to the program from the start of the job), nor may the program decide what it returns."""
-    if not shadowed:
-        return frozenset()
+
+def _free_builtins(body: list[ast.stmt]) -> frozenset:
+    """The names a test reads and never binds, when all of them are builtins (`assert sum([1, 2, 3]) == 6`): the
+    ones a program's own definitions may answer, as in Python. Where the test also calls other program
+    functions, a redefined builtin is the real one: in `assert f(x) == sorted([3, 1, 2])` it computes an
+    expected value, and [3, 1, 2] must not go in (every step's inputs are visible to the program from the start
+    of the job), nor may the program decide what it returns."""
     read, bound = set(), set()
     for stmt in body:
         for node in ast.walk(stmt):
@@ -1171,35 +1345,160 @@ def _program_world(body: list[ast.stmt], shadowed: frozenset) -> frozenset:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 bound.add(node.name)
     free = read - bound
-    return frozenset(free & shadowed) if not free - _PY_BUILTINS else frozenset()
+    return frozenset(free) if not free - _PY_BUILTINS else frozenset()
+
+
+@dataclass(frozen=True)
+class _TestNames:
+    early: frozenset  # global names it may read before it binds them itself: another test's, or the program's
+    binds: tuple  # (name, module) for each name it binds at module level; module '' unless bound by `import`
+    modules: frozenset  # names it uses as modules (`math.isclose`) without binding them
+    world: frozenset  # see _free_builtins
+    reads_all: bool = False  # it reads names it does not spell out (dir(), globals(), eval): any name at all
+    binds_any: bool = False  # it binds names it does not spell out (exec, globals()[...] = ..., import *)
+
+
+_READS_ALL = frozenset({"dir", "globals", "locals", "vars", "eval", "exec", "breakpoint"})
+_BINDS_ANY = frozenset({"globals", "exec"})
+
+
+def _flow(stmts: list[ast.stmt], certain: set, early: set, binds: dict) -> None:
+    """Walk statements in the order they run: the names read before this test binds them (`early`), and what it
+    binds. A loop's or branch's bindings hold only inside it: it may not run."""
+
+    def bind(name: str, module: str = "") -> None:
+        binds[name] = module if binds.get(name, module) == module else ""
+
+    for stmt in stmts:
+        if isinstance(stmt, ast.For) and _target_free(stmt.target):
+            early.update(_scope(ast.unparse(stmt.iter), "eval")[0] - certain)
+            targets = {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name)}
+            for name in targets:
+                bind(name)
+            _flow(stmt.body, certain | targets, early, binds)
+            _flow(stmt.orelse, set(certain), early, binds)
+        elif isinstance(stmt, ast.If):
+            early.update(_scope(ast.unparse(stmt.test), "eval")[0] - certain)
+            _flow(stmt.body, set(certain), early, binds)
+            _flow(stmt.orelse, set(certain), early, binds)
+        else:
+            reads, bound = _scope(ast.unparse(stmt))
+            early.update(reads - certain)
+            modules = _imports([stmt])
+            for name in bound:
+                bind(name, modules.get(name, ""))
+            if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.Expr,
+                                 ast.Assert, ast.FunctionDef, ast.ClassDef)):
+                certain |= bound
+
+
+def _target_free(target: ast.AST) -> bool:
+    return all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.expr_context)) for n in ast.walk(target))
 
 
 @functools.lru_cache(maxsize=8192)
-def split_test(source: str, shadowed: frozenset = frozenset()) -> Plan:
-    """How `source` will be judged against a program that binds the builtin names `shadowed` (shadowed_builtins).
-    Cached: a batch runs the same tests for every completion of a prompt."""
+def _test_names(source: str) -> _TestNames | None:
+    """What a test reads and binds, as the tests run in sequence in one namespace; None when it does not parse."""
+    try:
+        with _SPLIT_LOCK:
+            tree = ast.parse(source)
+            early, binds = set(), {}
+            _flow(tree.body, set(), early, binds)
+            world = _free_builtins(_inline_check(tree))
+    except (SyntaxError, RecursionError, ValueError, MemoryError):
+        return None
+    modules = {n.value.id for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    star = any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree))
+    return _TestNames(frozenset(early), tuple(sorted(binds.items())), frozenset(modules & early), world,
+                      bool(called & _READS_ALL & early), star or bool(called & _BINDS_ANY & early))
+
+
+def split_tests(tests: list[str], program: str | ProgramNames) -> list[Plan]:
+    """How each of `tests` will be judged against `program` (or its program_names), the tests run in sequence as
+    the dataset's harness runs them: where a test's names mean what another test or the program bound in a way a
+    test of its own cannot reproduce here, it is refused, saying why."""
+    prog = program if isinstance(program, ProgramNames) else program_names(program)
+    imported = dict(prog.modules)
+    plans, bound, stop = [], {}, ""
+    for i, source in enumerate(tests):
+        names = _test_names(source)
+        if names is None:
+            plans.append(split_test(source))
+            continue
+        reason, modules = stop, {}
+        if names.reads_all and any(not module for _, module in bound.values()):
+            reason = reason or ("it reads names it does not spell out (dir(), globals(), eval), and an earlier test "
+                                "binds some: in Python it would see them, here each test runs on its own")
+        if names.binds_any:
+            stop = stop or ("test %d may bind any name (exec, globals(), import *): in Python the program and "
+                            "the later tests would see them, here they do not" % i)
+            reason = reason or stop
+        for name in sorted(names.early):
+            if name in bound and not bound[name][1]:
+                reason = reason or ("it reads %r, which test %d binds: in Python it would see that test's value, "
+                                    "here each test runs on its own (make each test self-contained)"
+                                    % (name, bound[name][0]))
+            elif name in bound or name in imported:
+                modules[name] = bound[name][1] if name in bound else imported[name]
+            elif name in names.modules and name in HOST_MODULES:  # `math.isclose(...)`, no `import math`
+                reason = reason or ("it uses %r without importing it, and the program does not import it either: "
+                                    "in Python that name is whatever the program bound there" % name)
+        for name, module in names.binds:
+            if (prog.reads is None or name in prog.reads) and not (module and imported.get(name) == module):
+                stop = stop or ("test %d binds %r, which the program's code reads: in Python the program sees the "
+                                "test's value from then on, here it does not (rename it in the test)" % (i, name))
+                reason = reason or stop
+            bound[name] = (i, module)
+        if reason:
+            plans.append(Plan("refused", reason="refused: " + reason, source=source))
+        else:
+            plans.append(split_test(source, prog.shadowed, tuple(sorted(modules.items()))))
+    return plans
+
+
+def split_test(source: str, shadowed: frozenset = frozenset(), modules: tuple = ()) -> Plan:
+    """How `source` will be judged against a program that binds the builtin names `shadowed` (shadowed_builtins),
+    with `modules` ((name, module), ...) the names the test uses as modules that the program or an earlier test
+    imported. Cached per test and per choice among the test's own names only: a program picks what it redefines."""
+    names = _test_names(source)
+    return _split(source, shadowed & names.world if names else frozenset(), modules)
+
+
+@functools.lru_cache(maxsize=8192)
+def _split(source: str, world: frozenset, modules: tuple) -> Plan:
     try:
         with _SPLIT_LOCK:  # the splitter parses again (_copy): the whole split, not just the first parse
             body = _inline_check(ast.parse(source))
-            splitter = _Splitter(_program_world(body, shadowed))
-            splitter.statements(body)
+            imports = [ast.Import(names=[ast.alias(name=m, asname=None if n == m else n)]) for n, m in modules]
+            splitter = _Splitter(world)
+            splitter.statements(imports + body)
     except SyntaxError:
         return Plan("sandbox", reason="the test does not parse on the host", source=source)
     except Unsplittable as exc:
         return Plan("sandbox", reason=str(exc), source=source)
     except RecursionError:
         return Plan("sandbox", reason="the test is nested too deeply to split", source=source)
-    return Plan("host", tuple(splitter.steps), (splitter.env(), tuple(splitter.actions)), source=source,
+    plan = Plan("host", tuple(splitter.steps), (splitter.env(), tuple(splitter.actions)), source=source,
                 program_names=bool(splitter.program))
+    try:
+        plan.pickled
+    except Exception as exc:  # noqa: BLE001 - a value of the test's that cannot leave this process
+        return Plan("sandbox", reason="its values cannot reach the judging process (%s)" % type(exc).__name__,
+                    source=source)
+    return plan
 
 
 def judge(plan: Plan, values: list) -> tuple[bool, str]:
-    """Evaluate a host-mode plan on the steps' values (decoded, Raised or Opaque); (passed, why not)."""
+    """Evaluate a host-mode plan on the steps' values (decoded, Raised or Opaque); (passed, why not). Whatever the
+    values are, a failure is a verdict with its reason, never an exception: only MemoryError goes up (the
+    judging process's budget, judge.py)."""
     env, actions = plan.actions
     env = {**env, **{"#%d" % j: v for j, v in enumerate(values)}}
     evaluate = Evaluator(env)
     for action in actions:
         kind = action[0]
+        what = "assert " + action[2][:200] if kind == "assert" else kind
         try:
             if kind == "ran":
                 value = values[action[1]]
@@ -1221,21 +1520,26 @@ def judge(plan: Plan, values: list) -> tuple[bool, str]:
             elif kind == "expr":
                 evaluate(action[1])
             elif not evaluate(action[1]):
-                return False, "assert %s: false on the host%s" % (action[2][:200], _shown(action[1], values))
+                return False, "%s: false on the host%s" % (what, _shown(action[1], values))
+        except MemoryError:
+            raise
         except HostJudgeError as exc:
-            return False, "%s: %s" % (action[2][:200] if kind == "assert" else kind, exc)
-        except Exception as exc:  # what the expression itself raises (TypeError, ZeroDivisionError, ...)
-            what = "assert " + action[2][:200] if kind == "assert" else kind
-            return False, "%s raised %s on the host: %s" % (what, type(exc).__name__, str(exc)[:200])
+            return False, "%s: %s" % (what[7:] if kind == "assert" else what, safe_text(exc, 400))
+        except BaseException as exc:  # what the expression raises on the program's values (TypeError, KeyError, ...)
+            return False, "%s raised %s on the host: %s" % (what, type(exc).__name__, safe_text(exc))
     return True, ""
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
 def _shown(tree: ast.AST, values: list) -> str:
-    """The probes' values, for the message: `f(3)` returned 9."""
+    """The first probes' values, for the message: `f(3)` returned 9."""
     shown = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id.startswith("#"):
+        if isinstance(node, ast.Name) and node.id.startswith("#") and len(shown) < 8:
             value = values[int(node.id[1:])]
             if not isinstance(value, (Raised, Opaque)):
-                shown.append(repr(value)[:120])
+                shown.append(safe_text(value, 120, _REPR.repr))
     return " (values: %s)" % ", ".join(shown) if shown else ""

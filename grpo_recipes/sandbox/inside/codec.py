@@ -1,7 +1,7 @@
 """Values as plain data: a flat list of tagged tokens that JSON can carry, both ways across the sandbox wall.
 
     encode(value) -> list   in the sandbox: a test's value, as plain builtins (a subclass becomes its base type,
-                            any other Mapping a dict, an iterator the items it yields)
+                            marked as a subclass; any other Mapping a dict, an iterator the items it yields)
     decode(tokens) -> value on the host: builds only None, bool, int, float, complex, str, bytes, bytearray, list,
                             tuple, set, frozenset, dict, range and a tuple iterator; it calls no code of the value
                             and is bounded in size, depth and hashing work whatever the tokens say
@@ -9,6 +9,7 @@
 Tokens, in prefix order: "N" None, "T"/"F" bools, "i" <hex>, "f" <float repr>, "c" <repr> <repr>, "s" <str>,
 "b"/"B" <hex> bytes/bytearray, "r" <hex> <hex> <hex> range, and "l" list, "t" tuple, "S" set, "Z" frozenset,
 "I" iterator, each followed by its item count and the items, "d" dict by its pair count and key, value, ...
+"x" before a value's tag: the value was of a subclass of that builtin (decoded as a subclass that adds nothing).
 Flat, so neither side recurses: a program that lowers the recursion limit or nests a list 10^5 deep cannot make
 the codec fail in an interesting way.
 """
@@ -44,6 +45,8 @@ _list_copy, _dict_copy, _set_copy, _frozenset_copy = list.copy, dict.copy, set.c
 _tuple_items = tuple.__getitem__
 _complex_real, _complex_imag = complex.real.__get__, complex.imag.__get__
 _FULL = slice(None)
+_SUBCLASSABLE = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+_EXACT = frozenset(_SUBCLASSABLE)
 
 
 def encode(value: object) -> list:
@@ -62,6 +65,8 @@ def encode(value: object) -> list:
         if depth > MAX_DEPTH or _len(out) > MAX_TOKENS:
             raise CodecError("value too large or too deeply nested to report")
         t = _type(v)
+        if t not in _EXACT and v is not None and t is not bool and _isinstance(v, _SUBCLASSABLE):
+            out.append("x")  # not exactly the builtin: `type(r) is int` must stay False on the host, as in Python
         if v is None:
             out.append("N")
         elif t is bool:
@@ -159,12 +164,15 @@ def decode(tokens: object) -> object:
     if sum(len(t) for t in tokens if type(t) is str) > 4 * MAX_BYTES:
         raise CodecError("value too large")
     pos, hashed = 0, 0
-    stack: list[list] = []  # [tag, items left, items]
+    stack: list[list] = []  # [tag, items left, items, subclass]
     while True:
         if pos >= len(tokens):
             raise CodecError("truncated value")
         tag, pos = tokens[pos], pos + 1
-        if type(tag) is not str:
+        sub = tag == "x"
+        if sub:
+            tag, pos = (tokens[pos] if pos < len(tokens) else None), pos + 1
+        if type(tag) is not str or (sub and tag not in _MARKED):
             raise CodecError("bad tag")
         if tag in _CONTAINERS:
             count = tokens[pos] if pos < len(tokens) else None
@@ -173,13 +181,15 @@ def decode(tokens: object) -> object:
             pos += 1
             items_left = 2 * count if tag == "d" else count
             if items_left:
-                stack.append([tag, items_left, []])
+                stack.append([tag, items_left, [], sub])
                 if len(stack) > MAX_DEPTH:
                     raise CodecError("nested deeper than %d" % MAX_DEPTH)
                 continue
-            value = _build(tag, [])
+            value = _build(tag, [], sub)
         else:
             value, pos = _scalar(tag, tokens, pos)
+            if sub:
+                value = _MARKED[tag](value)
         while stack:
             frame = stack[-1]
             frame[2].append(value)
@@ -191,19 +201,27 @@ def decode(tokens: object) -> object:
                 hashed += len(frame[2]) // (2 if frame[0] == "d" else 1)
                 if hashed > MAX_HASHED:
                     raise CodecError("more than %d set items or dict keys" % MAX_HASHED)
-            value = _build(frame[0], frame[2])
+            value = _build(frame[0], frame[2], frame[3])
         else:
             if pos != len(tokens):
                 raise CodecError("trailing tokens")
             return value
 
 
-def _build(tag: str, items: list) -> object:
+def _build(tag: str, items: list, sub: bool = False) -> object:
+    kind = _MARKED[tag] if sub else _CONTAINERS[tag]
     try:
         if tag == "d":
-            return dict(zip(items[0::2], items[1::2]))
+            return kind(zip(items[0::2], items[1::2]))
         if tag == "I":
             return iter(tuple(items))
-        return _CONTAINERS[tag](items)
+        return kind(items)
     except TypeError as exc:  # an unhashable set item or dict key
         raise CodecError(str(exc)) from None
+
+
+# What a value of a subclass of a builtin (a program's class, a namedtuple, a Counter) becomes here: an instance of
+# a subclass that adds nothing, so that ==, hashing and the rest are the builtin's and `type(r) is int` is False.
+_MARKED = {tag: type("subclass of " + base.__name__, (base,), {"__slots__": ()})
+           for tag, base in (("i", int), ("f", float), ("c", complex), ("s", str), ("b", bytes),
+                             ("B", bytearray), ("l", list), ("t", tuple), ("d", dict), ("S", set), ("Z", frozenset))}

@@ -295,8 +295,9 @@ def write_report(report: int, meta: dict, streams: list[int]) -> None:
 
 def supervise(state: State, spec: dict, blobs: dict, procs: list[int]) -> tuple[dict, list[int]]:
     notes: list[str] = []
+    last_pid = None
     if state.ns:
-        jail.mount("proc", "/proc", "proc", jail.MS_NOSUID | jail.MS_NODEV | jail.MS_NOEXEC)
+        last_pid = _mount_proc(notes)
     elif jail.libc.prctl(jail.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:  # orphans come back to us, to be killed
         notes.append("PR_SET_CHILD_SUBREAPER failed: a program's detached children may outlive its job")
     if spec["nproc_shared"]:  # RLIMIT_NPROC counts all of the uid's processes: allow for the caller's own
@@ -311,7 +312,7 @@ def supervise(state: State, spec: dict, blobs: dict, procs: list[int]) -> tuple[
             if not settle_sockets(min(SETTLE_S, max(0.0, deadline - time.monotonic()))):
                 notes.append("sockets of an io case were still in flight: the job's later cases did not run")
                 break
-            _random_next_pid(notes)
+            _random_next_pid(last_pid, notes)
         cwd = _fresh_scratch(state, spec, k)
         stdin = stdins[k] if stdins else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         run = run_one(state, dict(spec, cwd=cwd, ns=state.ns), blobs, stdin, procs, deadline)
@@ -329,14 +330,35 @@ def supervise(state: State, spec: dict, blobs: dict, procs: list[int]) -> tuple[
     return meta, streams
 
 
-def _random_next_pid(notes: list[str]) -> None:
-    """Start the next run at a random pid: the pid namespace's counter would tell an io case how many processes
-    the case before it started."""
+def _mount_proc(notes: list[str]) -> tuple[int, int] | None:
+    """The job's own /proc, showing its processes only (subset=pid, Linux >= 5.8): the host-wide files (/proc/stat
+    counts every process the host ever started, /proc/vmstat, /proc/sys, ...) would carry a message from one job
+    to the next. A full one is mounted first, below it, for P1 to open ns_last_pid (the host's is read-only here):
+    nothing without capabilities can unmount the one on top. Returns (ns_last_pid, half of pid_max) or None."""
+    flags = jail.MS_NOSUID | jail.MS_NODEV | jail.MS_NOEXEC
+    jail.mount("proc", "/proc", "proc", flags)
+    control = None
     try:
         with open("/proc/sys/kernel/pid_max") as f:
             span = int(f.read()) // 2
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(1000 + int.from_bytes(os.urandom(4), "little") % span))
+        control = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC), span
+    except OSError as exc:
+        notes.append("could not open ns_last_pid (%s): an io case can count the processes of the one before" % exc)
+    try:
+        jail.mount("proc", "/proc", "proc", flags, "subset=pid")
+    except OSError as exc:
+        notes.append("/proc without subset=pid (%s): programs see host-wide counters such as /proc/stat" % exc)
+    return control
+
+
+def _random_next_pid(control: tuple[int, int] | None, notes: list[str]) -> None:
+    """Start the next run at a random pid: the pid namespace's counter would tell an io case how many processes
+    the case before it started."""
+    if control is None:
+        return
+    fd, span = control
+    try:
+        os.pwrite(fd, str(1000 + int.from_bytes(os.urandom(4), "little") % span).encode(), 0)
     except OSError as exc:
         notes.append("could not set ns_last_pid (%s): an io case can count the processes of the one before" % exc)
 
