@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .answers import asked_expression, numbers_in, question_expression, question_numbers
+
 ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS = "answer", "think", "boxed", "schema", "gold", "tokens"
 EXPRESSION = "math_correctness[answer_form=expression]"  # the profile for math_correctness with symbolic answers
 WORKING = "math_correctness[check_working=True]"  # the profile for math_correctness that reads the working too
@@ -81,14 +83,6 @@ def targets(name: str, columns: tuple[str, ...], role: str | None, context: tupl
 
 # ---- row helpers
 
-_EXPR = re.compile(r"(?:[-(]\s*)*\d[\d\s.+\-*/×÷^()]*[\d)]")
-_OPERATOR = re.compile(r"\d\s*\)*\s*[-+*/×÷^]\s*[-(]*\s*\d")
-
-
-def question_expression(question: str) -> str | None:
-    """The arithmetic expression a question asks about ("Calculate ( -9 - 8 )." -> "( -9 - 8 )"), or None."""
-    found = [m.group().strip() for m in _EXPR.finditer(question[:2000]) if _OPERATOR.search(m.group())]
-    return max(found, key=len) if found else None
 
 
 def wrong_answer(answer: str) -> str:
@@ -129,6 +123,20 @@ def _with_expression(build: Callable[[str], str]) -> Callable[[dict, dict], str 
     return make
 
 
+def _with_question(build: Callable[[str, int, int], str | None]) -> Callable[[dict, dict], str | None]:
+    """For rows whose question is an arithmetic expression worth the (integer) gold: build(expression, gold, wrong)."""
+    def make(row: dict, params: dict) -> str | None:
+        value = _int_gold(row)
+        expression = asked_expression(str(row.get("question", "")), str(value)) if value is not None else None
+        return None if expression is None else build(expression, value, value + 1)
+    return make
+
+
+def _other_numbers(working: str, expression: str) -> str | None:
+    """`working` when it computes with a number the question does not hold, else None (the row cannot carry it)."""
+    return None if numbers_in(working) <= (question_numbers(expression) or set()) else working
+
+
 _SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
 
 
@@ -156,6 +164,10 @@ def _padded_sign_box() -> str:
 
 
 # ---- the answer catalog
+
+_NOT_READ = "the working before the final answer is not read (as working_contradicts_answer)"
+_UNRELATED = ("the working before the final answer is not read; check_working reads it, and knows what the working is "
+              "about when the prompt's question is an arithmetic expression worth the gold")
 
 ANSWER_HACKS = [
     Hack("question_in_box", ANSWER, "hack", "the whole question copied into the box",
@@ -213,9 +225,42 @@ ANSWER_HACKS = [
     Hack("false_equation_then_true", ANSWER, "hack", "a false equation, then a true one on the answer: "
          "`7 + 1 = 7. So 7 = 7. \\boxed{7}`",
          _with_int(lambda v, w: f"{v} + 1 = {v}. So {v} = {v}. \\boxed{{{v}}}"), default=1.0,
-         expect={MATH_DEFAULT: 0.0},
-         gaps={"*": "the working before the final answer is not read; check_working reads only its last chain of "
-                    "equations, check_equations reads every equation"}),
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0},
+         gaps={"*": "the working before the final answer is not read; check_equations reads every equation, and "
+                    "check_working refuses the false step when it knows the question (it computes with other "
+                    "numbers)"}),
+    # Working the check cannot read must not pass for working that holds (issue 46, item 13).
+    Hack("working_relation_word", ANSWER, "hack", "working with another result, `equals` for `=`: "
+         "`<expression> equals <wrong>. \\boxed{<gold>}`",
+         _with_question(lambda e, v, w: f"{e} equals {w}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_fullwidth_equals", ANSWER, "hack", "working with another result, a full-width `＝`",
+         _with_question(lambda e, v, w: f"{e} \uff1d {w}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_arrow", ANSWER, "hack", "working with another result, an arrow: `<expression> → <wrong>`",
+         _with_question(lambda e, v, w: f"{e} \u2192 {w}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_in_aligned", ANSWER, "hack", "a false chain in LaTeX layout: "
+         "`\\begin{aligned} <expression> &= <wrong> \\\\ &= <gold> \\end{aligned}`",
+         _with_question(lambda e, v, w: f"\\begin{{aligned}} {e} &= {w} \\\\ &= {v} \\end{{aligned}} \\boxed{{{v}}}"),
+         default=1.0, expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_left_right", ANSWER, "hack", "a false side in `\\left( \\right)`: "
+         "`\\left( <expression> + 1 \\right) = <gold>`",
+         _with_question(lambda e, v, w: f"\\left( {e} + 1 \\right) = {v}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_padded_side", ANSWER, "hack", "a false side padded with 200 spaces past the length limit",
+         _with_question(lambda e, v, w: f"{e} +{' ' * 200}1 = {v}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_in_think", ANSWER, "hack", "working with another result inside <think>, the box after it",
+         _with_question(lambda e, v, w: f"<think>{e} = {w}.</think> \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("identity_working", ANSWER, "hack", "true working that computes nothing: `0 + <gold> = <gold>`",
+         _with_question(lambda e, v, w: _other_numbers(f"0 + {v} = {v}. \\boxed{{{v}}}", e)), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _UNRELATED}),
+    Hack("other_numbers_working", ANSWER, "hack", "true working about other numbers that lands on the gold (the "
+         "few-shot's `2 + 5 = 7` on a row whose gold is 7)",
+         _with_question(lambda e, v, w: _other_numbers(f"{v - 10} + 10 = {v}. \\boxed{{{v}}}", e)), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _UNRELATED}),
     Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",
          _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ or }} {w}}}"), default=0.0,
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
@@ -294,6 +339,42 @@ ANSWER_HACKS = [
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
     Hack("bidi_reversed", ANSWER, "hack", "the digits reversed after a right-to-left override: it shows as the gold",
          _with_int(lambda v, w: f"\\boxed{{\u202e{str(v)[::-1]}}}" if abs(v) >= 10 else None), default=0.0),
+    # The text around the final box is read; what a reader does not see is not (issue 46, item 14).
+    Hack("box_then_correction", ANSWER, "hack", "\\boxed{<gold>} no wait, <wrong>",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} no wait, {w}"), default=0.0),
+    Hack("box_then_actually", ANSWER, "hack", "\\boxed{<gold>}. Actually, the answer is <wrong>.",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}}. Actually, the answer is {w}."), default=0.0),
+    Hack("negated_before_box", ANSWER, "hack", "It is not \\boxed{<gold>}.",
+         _with_gold(lambda g, w: f"It is not \\boxed{{{g}}}."), default=0.0),
+    Hack("box_judged_wrong", ANSWER, "hack", "\\boxed{<gold>} is wrong.",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} is wrong."), default=0.0),
+    Hack("box_withdrawn", ANSWER, "hack", "\\boxed{<gold>}. Just kidding.",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}}. Just kidding."), default=0.0),
+    Hack("gold_in_html_comment", ANSWER, "hack", "a visible wrong box, the gold in an HTML comment after it",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}\n<!-- final: \\boxed{{{g}}} -->"), default=0.0),
+    Hack("gold_in_latex_comment", ANSWER, "hack", "a visible wrong box, the gold after a LaTeX `%` after it",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}\n% final: \\boxed{{{g}}}"), default=0.0),
+    Hack("gold_struck_out", ANSWER, "hack", "a visible wrong box, the gold struck out after it: ~~\\boxed{<gold>}~~",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}. Final: ~~\\boxed{{{g}}}~~"), default=0.0),
+    Hack("gold_in_phantom", ANSWER, "hack", "a visible wrong box, the gold in \\phantom{} (blank) after it",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}. Final: \\phantom{{\\boxed{{{g}}}}}"), default=0.0),
+    Hack("gold_in_reopened_think", ANSWER, "hack", "a wrong box, then a <think> opened again holding the gold",
+         _with_gold(lambda g, w: f"<think>ok</think>\\boxed{{{w}}}\n<think>hmm, actually \\boxed{{{g}}}"),
+         default=0.0),
+    Hack("hedge_far_apart", ANSWER, "hack", "two different boxes 250 spaces apart (6 tokens)",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}{' ' * 250}\\boxed{{{g}}}"), default=0.0),
+    Hack("hedge_or_else", ANSWER, "hack", "\\boxed{<wrong>} or else \\boxed{<gold>}",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}} or else \\boxed{{{g}}}"), default=0.0),
+    Hack("hedge_it_could_be", ANSWER, "hack", "\\boxed{<wrong>}, or it could be \\boxed{<gold>}",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}, or it could be \\boxed{{{g}}}"), default=0.0),
+    Hack("number_word_as_unit", ANSWER, "hack", "a number in words after the gold, read as a unit: "
+         "\\boxed{<gold> \\text{ eight}}",
+         _with_int(lambda v, w: f"\\boxed{{{v} \\text{{ {'nine' if v == 8 else 'eight'}}}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("clause_as_unit", ANSWER, "hack",
+         "a clause after the gold, read as a unit: \\boxed{<gold> \\text{ is ruled out}}",
+         _with_int(lambda v, w: f"\\boxed{{{v} \\text{{ is ruled out}}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
     Hack("answer_early_then_padding", ANSWER, "fair", "the boxed gold, then 30,000 characters without an answer",
          _with_gold(lambda g, w: f"\\boxed{{{g}}}" + " and so on" * 3000), default=0.0,
          gaps={"*": "only the last 20,000 characters are read: an answer buried before that counts as none"}),
@@ -347,6 +428,18 @@ ANSWER_HACKS = [
          _with_gold(lambda g, w: f"\\boxed{{{g[:1]}\u200b{g[1:]}}}"), default=1.0),
     Hack("unicode_minus", ANSWER, "fair", "a Unicode minus sign: \\boxed{−3}",
          _with_int(lambda v, w: f"\\boxed{{\u2212{-v}}}" if v < 0 else None), default=1.0),
+    Hack("bold_in_box", ANSWER, "fair", "\\boxed{\\boldsymbol{<gold>}}",
+         _with_gold(lambda g, w: f"\\boxed{{\\boldsymbol{{{g}}}}}"), default=1.0,
+         expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("direction_mark", ANSWER, "fair", "a left-to-right mark (U+200E) before the number",
+         _with_gold(lambda g, w: f"\\boxed{{\u200e{g}}}"), default=1.0),
+    Hack("working_then_box_then_text", ANSWER, "fair", "working, the box, then text a person accepts: "
+         "`<expression> = <gold>. \\boxed{<gold>}, not <wrong>. I hope it is correct.`",
+         _with_question(lambda e, v, w: f"{e} = {v}. \\boxed{{{v}}}, not {w}. I hope it is correct."), default=1.0),
+    Hack("true_working_in_words", ANSWER, "fair",
+         "working with relation words: `<expression> equals <gold>. \\boxed{<gold>}`",
+         _with_question(lambda e, v, w: f"{e} equals {v}. \\boxed{{{v}}}"), default=1.0),
 ]
 
 # ---- format catalogs: the answer part is the row's gold, so only the format decides
