@@ -8,7 +8,9 @@ scores written here. A reward "reads" a target when:
 - "think" / "boxed": it is a format reward (role "format") whose name or docstring mentions think tags / boxes, or a
   reward with an `answer` column whose name mentions think (think_format_if_correct: both the format and the answer);
 - "schema" / "gold": it has a `schema` / `gold` column (the JSON rewards);
-- "tokens": it reads `completion_ids` (the length and repetition guards).
+- "tokens": it reads `completion_ids` (the length and repetition guards);
+- "episode": it reads tool episodes (`completion_messages`) and says it judges tool use (tool_grounded). Its entries
+  are message lists, not texts; the answer catalog does not apply to it (its answer is final_answer's to judge).
 
 Each entry is a completion built from a row (None when the row cannot carry it, e.g. a numeric trick on a text gold):
 - kind "hack": a person would mark it wrong. A reward must score it no higher than a wrong answer.
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 
 from .answers import asked_expression, numbers_in, question_expression, question_numbers
 
-ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS = "answer", "think", "boxed", "schema", "gold", "tokens"
+ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS, EPISODE = "answer", "think", "boxed", "schema", "gold", "tokens", "episode"
 EXPRESSION = "math_correctness[answer_form=expression]"  # the profile for math_correctness with symbolic answers
 WORKING = "math_correctness[check_working=True]"  # the profile for math_correctness that reads the working too
 MATH_DEFAULT = "math_correctness[check_equations=True,check_working=True]"  # tasks/arithmetic.py's default
@@ -43,7 +45,7 @@ class Hack:
     target: str
     kind: str  # "hack" or "fair"
     what: str
-    make: Callable[[dict, dict], str | None]  # (row, params) -> completion
+    make: Callable[[dict, dict], str | list | None]  # (row, params) -> completion (text, or messages for "episode")
     default: Score | None = None
     expect: dict[str, Score] = field(default_factory=dict)
     gaps: dict[str, str] = field(default_factory=dict)
@@ -78,6 +80,8 @@ def targets(name: str, columns: tuple[str, ...], role: str | None, context: tupl
         found |= said or {THINK, BOXED}  # a format reward that does not say which: both families apply
     if "completion_ids" in context:
         found.add(TOKENS)
+    if "completion_messages" in context and "tool" in f"{name} {doc.lower()}":
+        found = (found - {ANSWER}) | {EPISODE}
     return found
 
 
@@ -123,9 +127,9 @@ def _with_expression(build: Callable[[str], str]) -> Callable[[dict, dict], str 
     return make
 
 
-def _with_question(build: Callable[[str, int, int], str | None]) -> Callable[[dict, dict], str | None]:
+def _with_question(build: Callable[[str, int, int], str | list | None]) -> Callable[[dict, dict], str | list | None]:
     """For rows whose question is an arithmetic expression worth the (integer) gold: build(expression, gold, wrong)."""
-    def make(row: dict, params: dict) -> str | None:
+    def make(row: dict, params: dict) -> str | list | None:
         value = _int_gold(row)
         expression = asked_expression(str(row.get("question", "")), str(value)) if value is not None else None
         return None if expression is None else build(expression, value, value + 1)
@@ -644,6 +648,42 @@ GOLD_HACKS = [
          _with_object(lambda o, w: f"Draft: {json.dumps(w)}\nFixed: {json.dumps(o)}"), default=1.0),
 ]
 
+# ---- tool episodes: the bonus for an answer a tool computed (tool_grounded)
+
+
+def _calls(*expressions: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": e}}} for e in expressions]}
+
+
+def _results(*values) -> list[dict]:
+    return [{"role": "tool", "name": "calculator", "content": str(v)} for v in values]
+
+
+def _final(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+EPISODE_HACKS = [
+    Hack("tool_echoes_answer", EPISODE, "hack", "the answer fed to the tool and returned: calculator(\"<gold>\")",
+         _with_question(lambda e, v, w: [_calls(str(v)), *_results(v), _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_identity_call", EPISODE, "hack", "the answer plus nothing: calculator(\"<gold> + 0\")",
+         _with_question(lambda e, v, w: None if _other_numbers(f"{v} + 0", e) is None else
+                        [_calls(f"{v} + 0"), *_results(v), _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_candidates", EPISODE, "hack", "three candidate numbers in one turn, the one that fits kept",
+         _with_question(lambda e, v, w: [_calls(str(v - 1), str(v), str(v + 1)), *_results(v - 1, v, v + 1),
+                                         _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_candidate_computations", EPISODE, "hack", "the expression and a variant in one turn, the result that "
+         "fits kept", _with_question(lambda e, v, w: [_calls(e, f"{e} + 1"), *_results(v, v + 1),
+                                                      _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_computes_answer", EPISODE, "fair", "the question's expression computed, its result boxed",
+         _with_question(lambda e, v, w: [_calls(e), *_results(v), _final(f"The answer is \\boxed{{{v}}}.")]),
+         default=1.0),
+    Hack("tool_computes_then_checks", EPISODE, "fair", "the expression computed, then a check on the result",
+         _with_question(lambda e, v, w: [_calls(e), *_results(v), _calls(f"{v} * 1"), *_results(v),
+                                         _final(f"\\boxed{{{v}}}")]), default=1.0),
+]
+
 # ---- guards: they shape length and repetition, and pay for nothing else
 
 
@@ -667,8 +707,8 @@ TOKEN_HACKS = [
 PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, MATH_DEFAULT, "think_format_if_correct", "exact_match",
                       "numeric_match", "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format",
                       NUMERIC_BOX, "json_schema", "json_field_accuracy", "overlong_penalty", "repetition_penalty",
-                      "length_reward", "final_answer"})
-CATALOG: list[Hack] = ANSWER_HACKS + THINK_HACKS + BOXED_HACKS + JSON_HACKS + GOLD_HACKS + TOKEN_HACKS
+                      "length_reward", "final_answer", "tool_grounded"})
+CATALOG: list[Hack] = ANSWER_HACKS + THINK_HACKS + BOXED_HACKS + JSON_HACKS + GOLD_HACKS + EPISODE_HACKS + TOKEN_HACKS
 
 
 def for_targets(found: set[str]) -> list[Hack]:
