@@ -26,6 +26,7 @@ read as their plain forms; superscript and subscript digits are exponents and in
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -370,8 +371,8 @@ _CLAUSE_SPLIT = re.compile(rf"({_CLAUSE_END.pattern})")
 _THINK_TAG = re.compile(r"</?think>")
 _LATEX_BREAK = re.compile(r"\\(?:begin|end)\s*\{[^{}\n]{0,40}\}|\\\\")
 _LATEX_ALIGN = re.compile(r"&|\\(?:left|right|bigl?|bigr?|Bigl?|Bigr?|biggl?|biggr?)(?![A-Za-z])")
-_SPACES_INLINE = re.compile(r"[^\S\n]+")
-_CONTINUED = re.compile(r"\s*\n\s*(?==)")
+_SPACES_INLINE = re.compile(r"[^\S\n]{2,}|[\t\r\f\v]")
+_CONTINUED = re.compile(r" ?\n ?(?==)")
 _ARROW = re.compile(r"=+>|-+>|\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|mapsto)(?![A-Za-z])"
                     r"|[→⟶⇒⟹↦]")
 _ARROW_MARK = "\x00"
@@ -380,34 +381,52 @@ _OTHER_RELATION = re.compile(r"\\not\s*=|\\(?:neq?|leq?|geq?|lt|gt|leqslant|geqs
                              r"|!=|<=|>=|[≠≤≥<>]")
 _EQUALITY = re.compile(r"==+|:=|\\(?:approx|equiv|simeq|doteq|coloneqq)(?![A-Za-z])|[≈≡≃≐≔]"
                        r"|(?i:\b(?:is\s+)?equal(?:s|led|ed|ling|ing)?(?:\s+to)?\b)")
-_WEAK_RELATION = re.compile(r"(?i)\b(?:is|was|gives|makes|yields|leaves|becomes|comes to|results in)\b")
+_WEAK_WORDS = ("is", "was", "gives", "makes", "yields", "leaves", "becomes", "comes to", "results in")
+_WEAK_RELATION = re.compile(rf"(?i)\b(?:{'|'.join(_WEAK_WORDS)})\b")
 
 
 def read_relations(text: str) -> str:
-    """`text` with every relation that means "equals" written `=` and LaTeX layout dropped (see above)."""
-    text = normalize_text(_THINK_TAG.sub("\n", text))
-    if "\\" in text or "&" in text:
+    """`text` with every relation that means "equals" written `=` and LaTeX layout dropped (see above). Each pattern
+    runs only where a plain substring test says it can match: completions can be 40,000 characters of reasoning."""
+    if "think>" in text:
+        text = _THINK_TAG.sub("\n", text)
+    text = normalize_text(text)
+    other_script = not text.isascii()
+    if "&" in text or any(c in text for c in ("\\\\", "\\begin", "\\end", "\\left", "\\right", "\\big", "\\Big")):
         text = _LATEX_ALIGN.sub("", _LATEX_BREAK.sub("\n", text))
-    text = _CONTINUED.sub(" ", _SPACES_INLINE.sub(" ", text))
-    text = _EQUALITY.sub(" = ", _ARROW.sub(_ARROW_MARK, text))
-    text = _OTHER_RELATION.sub("; ", text)
-    arrows, weak = _ARROW_MARK in text, _WEAK_RELATION.search(text) is not None
+    text = _SPACES_INLINE.sub(" ", text)
+    if "\n" in text and "=" in text:
+        text = _CONTINUED.sub(" ", text)
+    if other_script or ">" in text or any(c in text for c in ("\\to", "arrow", "\\implies", "\\mapsto")):
+        text = _ARROW.sub(_ARROW_MARK, text)
+    lowered = text.lower()
+    if other_script or any(c in text for c in ("==", ":=", "eq", "\\approx")) or "equal" in lowered:
+        text = _EQUALITY.sub(" = ", text)
+    if other_script or any(c in text for c in ("<", ">", "!=", "\\n", "\\l", "\\g")):
+        text = _OTHER_RELATION.sub("; ", text)
+    arrows = _ARROW_MARK in text
+    weak = any(f"{w} " in lowered for w in _WEAK_WORDS) and _WEAK_RELATION.search(text) is not None
     if not (arrows or weak):
         return text
     parts = _CLAUSE_SPLIT.split(text)  # clauses at even indices, what ends them at odd ones
-    for i in range(0, len(parts), 2):
+    weak_budget = _MAX_SIDES  # clauses read for "is", "gives"...: the last ones, as the checks read the last sides
+    for i in reversed(range(0, len(parts), 2)):
         clause = parts[i]
         if arrows and _ARROW_MARK in clause:
             pieces = clause.split(_ARROW_MARK)
             clause = pieces[0] + "".join(
                 ("; " if EQUALS.search(before) and EQUALS.search(after) else " = ") + after
                 for before, after in itertools.pairwise(pieces))
-        if weak and not EQUALS.search(clause) and len(found := _WEAK_RELATION.findall(clause)) == 1:
-            left, _, right = clause.partition(found[0])
-            if _computation(left) is not None:
-                clause = f"{left} = {right}"
-            elif parse_literal(right.strip()) is not None:
-                clause = f" = {right}"
+        if weak and weak_budget > 0 and _DIGIT.search(clause) and not EQUALS.search(clause):
+            found = list(_WEAK_RELATION.finditer(clause))
+            if len(found) == 1:
+                weak_budget -= 1
+                left, right = clause[: found[0].start()], clause[found[0].end() :]
+                if (OPERATION.search(left) or not left.isascii() or "\\" in left or _OPERATOR_WORDS.search(left)) \
+                        and _computation(left) is not None:
+                    clause = f"{left} = {right}"
+                elif parse_literal(right.strip()) is not None:
+                    clause = f" = {right}"
         parts[i] = clause
     return "".join(parts)
 
@@ -457,6 +476,7 @@ def _completion_text(text: str) -> tuple[str, str] | None:
     return (visible_text(text[:close])[-MAX_CHARS:] if close >= 0 else ""), region
 
 
+@functools.lru_cache(maxsize=8)
 def _working(text: str) -> str | None:
     """The working, as read_relations reads it: the reasoning and the answer region up to the final answer (the last
     box, else the last "answer is"); None while a <think> is open."""
@@ -471,6 +491,13 @@ def _working(text: str) -> str | None:
         for end in _ANCHOR.finditer(region):
             pass
     return read_relations(f"{think}\n{region[: end.start()] if end is not None else region}")
+
+
+@functools.lru_cache(maxsize=8)
+def _equations(text: str) -> str:
+    """The whole completion (the reasoning inside <think> and the answer region) as read_relations reads it."""
+    parts = _completion_text(text)
+    return read_relations("\n".join(parts)) if parts is not None else ""
 
 
 def _last_equation(working: str) -> tuple[list[str], Literal | None] | None:
@@ -634,8 +661,7 @@ def false_equation(text: str) -> bool:
     (`_plain_side`: `So 1 - 4`, `1 minus 4`, `\\left(1 - 4\\right)`); the last side also as the number it starts with
     (`= 5ne`) or one in words; sides that read as none (`x`, `\\sqrt{9}`, words) and percentages are not judged. A
     decimal literal may be rounded as written (`10 / 3 = 3.33`). Only the last _MAX_SIDES sides are read."""
-    parts = _completion_text(text)
-    equations = read_relations("\n".join(parts)) if parts is not None else ""
+    equations = _equations(text)
     budget = _MAX_SIDES
     for clause in reversed([c for c in _CLAUSE_END.split(equations) if EQUALS.search(c)]):
         if budget <= 0:
