@@ -255,7 +255,7 @@ def test_the_same_value_twice_is_one_answer():
     ("\\boxed{3}, not 5.", ("3",)), ("\\boxed{3}. I hope it is correct.", ("3",)), ("\\boxed{3}, no doubt.", ("3",)),
     ("\\boxed{3}\n\nDon't hesitate to ask if anything is unclear!", ("3",)), ("\\boxed{3}. 5 is wrong.", ("3",)),
     ("\\boxed{5}. Wait, that is wrong. \\boxed{3}", ("3",)), ("\\boxed{5}. Wait, no: \\boxed{3}", ("3",)),
-    ("\\boxed{3}. Wait, let me verify: 1 + 2 = 3.", ("3",)), ("\\boxed{3} <s>", ("3",)), ("\\boxed{25%}", ("25%",)),
+    ("\\boxed{3}. Wait, let me verify: 1 + 2 = 3.", ("3",)), ("<s> \\boxed{3}</s>", ("3",)), ("\\boxed{25%}", ("25%",)),
 ])
 def test_issue46_text_around_the_final_box(text, expected):
     assert answers.final_box_group(answers.answer_region(text)) == expected

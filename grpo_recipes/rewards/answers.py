@@ -70,10 +70,9 @@ _LATEX_COMMENT = re.compile(r"(?<![\\\d])(?<!\d )%[^\n]*")
 _LATEX_HIDING = re.compile(r"\\(?:[hv]?phantom|cancel|bcancel|xcancel|sout|xout|st)\s*\{")
 _LATEX_HIDING_TOKENS = re.compile(rf"{_LATEX_HIDING.pattern}|[{{}}]")
 _MARKDOWN_STRUCK = re.compile(r"~~(?=\S)[^\n~]*~~")
-# (opening, closing, whether an unclosed one hides the rest): a browser hides all after an unclosed `<!--`; a
-# stray `<s>` (a tokenizer's start token written out) strikes nothing.
-_HTML_HIDING = (("<!--", "-->", True), ("<s>", "</s>", False), ("<del>", "</del>", False),
-                ("<strike>", "</strike>", False))
+# (opening, closing, whether an unclosed one hides the rest): a browser hides all after an unclosed `<!--`. Not
+# `<s>...</s>`: a tokenizer's start and end tokens, written out, would strike the whole completion.
+_HTML_HIDING = (("<!--", "-->", True), ("<del>", "</del>", False), ("<strike>", "</strike>", False))
 
 
 def _cut(text: str, opening: str, closing: str, unclosed_hides: bool) -> str:
@@ -107,7 +106,7 @@ def _cut_latex_hiding(text: str) -> str:
 
 
 def visible_text(text: str, latex: bool = True) -> str:
-    """`text` as a reader sees it rendered: without HTML comments and struck-out text (`<s>`, `<del>`, `~~...~~`)
+    """`text` as a reader sees it rendered: without HTML comments and struck-out text (`<del>`, `<strike>`, `~~...~~`)
     and, with `latex`, without LaTeX comments (`%` to the end of the line), \\phantom arguments (blank space) and
     struck-out arguments (\\cancel, \\sout). What the reader cannot see, or sees withdrawn, cannot be an answer."""
     if "<" in text:
