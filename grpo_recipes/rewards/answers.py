@@ -117,7 +117,7 @@ def visible_text(text: str, latex: bool = True) -> str:
         text = _MARKDOWN_STRUCK.sub(" ", text)
     if latex and "%" in text:
         text = _LATEX_COMMENT.sub("", text)
-    if latex and "\\" in text and _LATEX_HIDING.search(text):
+    if latex and _LATEX_HIDING.search(text):
         text = _cut_latex_hiding(text)
     return text
 
@@ -238,8 +238,10 @@ _CLAUSE_TRIM = " \t:;,.-—!?"
 def taken_back(region: str, start: int, end: int, answer: str) -> bool:
     """The text around the answer written at region[start:end] takes it back: a negation just before it, or text
     after it that `retracted` reads as taking it back."""
-    return (_NEGATED_BEFORE.search(region, max(0, start - 40), start) is not None
-            or retracted(region[end:], answer))
+    before = region[max(0, start - 40) : start].lower()
+    if ("no" in before or "never" in before or "n't" in before or "n’t" in before) and _NEGATED_BEFORE.search(before):
+        return True
+    return retracted(region[end:], answer)
 
 
 def retracted(after: str, answer: str | None, any_correction: bool = False) -> bool:
