@@ -244,6 +244,7 @@ def test_the_same_value_twice_is_one_answer():
     ("\\boxed{3} no wait, 5", ()), ("\\boxed{3}. Actually, the answer is 5.", ()), ("It is not \\boxed{3}.", ()),
     ("\\boxed{3} is wrong.", ()), ("\\boxed{3}. That is not correct.", ()), ("\\boxed{3} is wrong, it's 5", ()),
     ("\\boxed{3}. The answer is 5.", ()), ("\\boxed{3}. Just kidding.", ()), ("isn't $\\boxed{3}$", ()),
+    ("\\boxed{3} \u274c", ()), ("\\boxed{3} (not really)", ()),
     # ...what a reader does not see is not read: the visible box is the answer.
     ("\\boxed{5}\n<!-- final: \\boxed{3} -->", ("5",)), ("\\boxed{5}\n% final: \\boxed{3}", ("5",)),
     ("\\boxed{5}. Final: ~~\\boxed{3}~~", ("5",)), ("\\boxed{5}. Final: \\phantom{\\boxed{3}}", ("5",)),

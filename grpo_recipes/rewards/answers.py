@@ -224,8 +224,9 @@ def _joined_value(text: str, start: int) -> str | None:
 # \boxed{3}" is a correction that leads to it).
 _NEGATED_BEFORE = re.compile(r"(?i)(?:\b(?:not|never|nor)|n['’]t|\bno(?=\s))\s*(?:\$|\\[(\[])?\s*$")
 _SENTENCE = re.compile(r"[.!?](?:\s|$)|\n")
-_VERDICTS = frozenset({"right", "correct", "true", "valid", "wrong", "incorrect", "false", "invalid", "mistake",
-                       "mistaken", "error", "erroneous"})
+_VERDICTS = frozenset({"right", "correct", "true", "valid", "really", "quite", "wrong", "incorrect", "false",
+                       "invalid", "mistake", "mistaken", "error", "erroneous"})
+_WRONG_MARK = re.compile("[\u2717\u2718\u274c\u274e\u26d4\U0001f6ab]")  # ✗ ✘ ❌ ❎ ⛔ 🚫 next to an answer
 _CORRECTION = re.compile(r"(?i)\b(?:wait|actually|sorry|oops|correction|rather|instead|i mean|i meant|scratch that|"
                          r"nope|no(?=\s*[,.!;:]|\s+wait)|wrong|incorrect|mistake)\b")
 _NUMBER_TOKEN = re.compile(r"\d+(?:\.\d+)?")
@@ -245,11 +246,13 @@ def taken_back(region: str, start: int, end: int, answer: str) -> bool:
 
 
 def retracted(after: str, answer: str | None, any_correction: bool = False) -> bool:
-    """The text after an answer takes it back: a sentence that judges an answer wrong and names no other number
-    ("\\boxed{3} is wrong.", "That is not correct."), a correction word followed by another value ("Wait, 5",
+    """The text after an answer takes it back: a cross next to it (`\\boxed{3} ✗`), a sentence that judges an answer
+    wrong and names no other number ("\\boxed{3} is wrong.", "That is not correct.", "(not really)"), a correction word followed by another value ("Wait, 5",
     "Actually, the answer is 5", "is wrong, it's 5"), another "answer is", or words that withdraw it ("Just kidding",
     "Ignore that"). With any_correction (an answer that is no number, such as a JSON record), any correction word
     after it ("Actually, ...") takes it back."""
+    if not after.isascii() and _WRONG_MARK.search(_SENTENCE.split(after, 1)[0]):
+        return True
     if not _WORD.search(after):  # the common case: a period, a closing `$`
         return False
     if _WITHDRAWN.search(after):
