@@ -146,8 +146,7 @@ QUESTION = [{"role": "system", "content": "Use the calculator."},
 
 def asked(messages, gold="94"):
     """Both rewards with the prompt, as TRL calls them."""
-    log = lambda *a: None  # noqa: E731
-    return (R.final_answer([""], [gold], [messages], log)[0],
+    return (R.final_answer([""], [gold], [messages], lambda *a: None)[0],
             R.tool_grounded([""], [gold], [messages], prompts=[QUESTION])[0])
 
 
