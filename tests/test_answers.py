@@ -294,6 +294,7 @@ def test_issue46_a_unit_is_no_number_word_nor_clause(text):
     ("\\begin{aligned} 7 + 1 &= 9 \\\\ &= 8 \\end{aligned}", "7 + 1 = 9 = 8"), ("7 + 1\n= 9", "7 + 1 = 9"),
     ("7 +" + " " * 300 + "1 = 9", "7 + 1 = 9"), ("x + 3 = 5 \u21d2 x = 2", "x + 3 = 5 ; x = 2"),
     ("So 7 + 1 is 9", "So 7 + 1 = 9"), ("The sum is 9", "= 9"), ("It is 3 more than 5", "It is 3 more than 5"),
+    ("The second is 4", "The second is 4"),
     ("3 + 4 \\neq 8 = 7", "3 + 4 ; 8 = 7"),
 ])
 def test_issue46_relations_are_read_as_equals(text, read):

@@ -370,7 +370,7 @@ _CLAUSE_SPLIT = re.compile(rf"({_CLAUSE_END.pattern})")
 # "equals" is read as `=`: `＝` (as any full-width form), `==`, `:=`, `≈`, `≡`, `\approx`, "equals", "is equal to";
 # an arrow (`→`, `->`, `=>`, `⇒`, `\to`, `\implies`) is `=` too, except between two equations, where it is
 # "therefore" (`x + 3 = 5 ⇒ x = 2`); "is", "gives", "makes"... are `=` where the side before them is arithmetic
-# (`-7 - 8 is 15`) or the side after them a number (`The sum is 15`). LaTeX layout (`\begin{aligned}`, `&`, `\\`,
+# (`-7 - 8 is 15`) or names a result and the side after them is a number (`The sum is 15`; not `The second is 4`). LaTeX layout (`\begin{aligned}`, `&`, `\\`,
 # `\left(`) and runs of spaces are dropped, and a line that starts with `=` goes on with the chain above it.
 _THINK_TAG = re.compile(r"</?think>")
 _LATEX_BREAK = re.compile(r"\\(?:begin|end)\s*\{[^{}\n]{0,40}\}|\\\\")
@@ -387,6 +387,7 @@ _EQUALITY = re.compile(r"==+|:=|\\(?:approx|equiv|simeq|doteq|coloneqq)(?![A-Za-
                        r"|(?i:\b(?:is\s+)?equal(?:s|led|ed|ling|ing)?(?:\s+to)?\b)")
 _WEAK_WORDS = ("is", "was", "gives", "makes", "yields", "leaves", "becomes", "comes to", "results in")
 _WEAK_RELATION = re.compile(rf"(?i)\b(?:{'|'.join(_WEAK_WORDS)})\b")
+_RESULT_WORDS = re.compile(r"(?i)\b(?:sum|difference|product|quotient|total|result|answer|value)\b")
 
 
 def read_relations(text: str) -> str:
@@ -429,7 +430,7 @@ def read_relations(text: str) -> str:
                 if (OPERATION.search(left) or not left.isascii() or "\\" in left or _OPERATOR_WORDS.search(left)) \
                         and _computation(left) is not None:
                     clause = f"{left} = {right}"
-                elif parse_literal(right.strip()) is not None:
+                elif _RESULT_WORDS.search(left) and parse_literal(right.strip()) is not None:
                     clause = f" = {right}"
         parts[i] = clause
     return "".join(parts)
