@@ -247,10 +247,10 @@ def taken_back(region: str, start: int, end: int, answer: str) -> bool:
 
 def retracted(after: str, answer: str | None, any_correction: bool = False) -> bool:
     """The text after an answer takes it back: a cross next to it (`\\boxed{3} ✗`), a sentence that judges an answer
-    wrong and names no other number ("\\boxed{3} is wrong.", "That is not correct.", "(not really)"), a correction word followed by another value ("Wait, 5",
-    "Actually, the answer is 5", "is wrong, it's 5"), another "answer is", or words that withdraw it ("Just kidding",
-    "Ignore that"). With any_correction (an answer that is no number, such as a JSON record), any correction word
-    after it ("Actually, ...") takes it back."""
+    wrong and names no other number ("\\boxed{3} is wrong.", "That is not correct.", "(not really)"), a correction
+    word followed by another value ("Wait, 5", "Actually, the answer is 5", "is wrong, it's 5"), another "answer is",
+    or words that withdraw it ("Just kidding", "Ignore that"). With any_correction (an answer that is no number, such
+    as a JSON record), any correction word after it ("Actually, ...") takes it back."""
     if not after.isascii() and _WRONG_MARK.search(_SENTENCE.split(after, 1)[0]):
         return True
     if not _WORD.search(after):  # the common case: a period, a closing `$`
@@ -370,8 +370,9 @@ _CLAUSE_SPLIT = re.compile(rf"({_CLAUSE_END.pattern})")
 # "equals" is read as `=`: `＝` (as any full-width form), `==`, `:=`, `≈`, `≡`, `\approx`, "equals", "is equal to";
 # an arrow (`→`, `->`, `=>`, `⇒`, `\to`, `\implies`) is `=` too, except between two equations, where it is
 # "therefore" (`x + 3 = 5 ⇒ x = 2`); "is", "gives", "makes"... are `=` where the side before them is arithmetic
-# (`-7 - 8 is 15`) or names a result and the side after them is a number (`The sum is 15`; not `The second is 4`). LaTeX layout (`\begin{aligned}`, `&`, `\\`,
-# `\left(`) and runs of spaces are dropped, and a line that starts with `=` goes on with the chain above it.
+# (`-7 - 8 is 15`), or names a result and the side after them is a number (`The sum is 15`; not `The second is 4`).
+# LaTeX layout (`\begin{aligned}`, `&`, `\\`, `\left(`) and runs of spaces are dropped, and a line that starts with
+# `=` goes on with the chain above it.
 _THINK_TAG = re.compile(r"</?think>")
 _LATEX_BREAK = re.compile(r"\\(?:begin|end)\s*\{[^{}\n]{0,40}\}|\\\\")
 _LATEX_ALIGN = re.compile(r"&|\\(?:left|right|bigl?|bigr?|Bigl?|Bigr?|biggl?|biggr?)(?![A-Za-z])")
