@@ -7,7 +7,11 @@ answer policy (grpo_recipes/answers.py, via episodes.final_literal).
 
 Hacks considered, and what stops each (tests/test_agent_rewards.py has one test per line):
 - call a tool for its own sake (any expression, the question text, many calls): tool_grounded pays only when the
-  final answer is correct AND equals a number a successful call returned, and only up to `max_calls` calls;
+  final answer is correct AND a successful call computed it, and only up to `max_calls` calls;
+- feed the answer to a tool to have it returned (`calculator("94")`, `calculator("94 + 0")`), or try candidates in
+  one turn and keep the one that fits: the grounding call must compute (an operator between two numbers), with the
+  question's numbers and earlier results only (when the prompt's question is an arithmetic expression worth the
+  gold), and the other calls of its turn must return no other number;
 - echo a tool result computed from the wrong expression: that answer is wrong, so neither reward pays;
 - write a fake <tool_response> or a \\boxed{} inside a call turn, or have the python tool print "\\boxed{N}": only a
   real `tool` message grounds, only the final no-call turn answers;
@@ -19,7 +23,7 @@ Hacks considered, and what stops each (tests/test_agent_rewards.py has one test 
 from __future__ import annotations
 
 from grpo_recipes.rewards import reward
-from grpo_recipes.rewards.answers import parse_literal
+from grpo_recipes.rewards.answers import asked_expression, parse_literal
 from grpo_recipes.tools.episodes import is_correct, read_episode
 
 
@@ -35,14 +39,16 @@ def final_answer(completions, answer, completion_messages, log_metric) -> list[f
 
 
 @reward("tool_grounded")
-def tool_grounded(completions, answer, completion_messages, *, max_calls: int = 3) -> list[float | None]:
-    """1.0 when the final answer is correct and equals a number a successful tool call returned (<= max_calls calls)."""
+def tool_grounded(completions, answer, completion_messages, *, max_calls: int = 3, prompts=None) -> list[float | None]:
+    """1.0 when the final answer is correct and a successful tool call computed it (<= max_calls calls)."""
     scores = []
-    for messages, gold in zip(completion_messages, answer, strict=True):
+    for i, (messages, gold) in enumerate(zip(completion_messages, answer, strict=True)):
         if parse_literal(str(gold)) is None:
             scores.append(None)
             continue
         ep = read_episode(messages)
-        ok = bool(is_correct(ep, gold)) and ep.answer_from_tool() and 0 < len(ep.calls) <= max_calls
+        expression = asked_expression(prompts[i], str(gold)) if prompts is not None else None
+        ok = bool(is_correct(ep, gold)) and 0 < len(ep.calls) <= max_calls and ep.computed_answer(expression)
         scores.append(float(ok))
     return scores
+

@@ -1,12 +1,12 @@
 """Correctness by string or number, and reasoning-gym's own scorers.
 
-The answer is read as grpo_recipes/answers.py says (the math rewards read it the same way): only the text after the
-last </think> (nothing, if a <think> is left open); there, the final \\boxed{...} (a hedge of differing boxes side by
-side, or a last box left open, is no answer); else the last <answer>...</answer>; else the last non-empty line, minus
-a leading "answer:" / "final answer:" / "the answer is" and a final period. Full-width and other scripts' digits,
-Unicode minus signs and zero-width characters are read as their plain forms. numeric_match then reads that answer as
-one number literal, which may sit in a sentence ("42 apples", "So she has 42"), but never among other numbers
-("3 or 5", "5 - 3 = 2").
+The answer is read as grpo_recipes/answers.py says (the math rewards read it the same way): only the visible text
+after the last </think> (nothing, if a <think> is left open or opened again); there, the final \\boxed{...} (a hedge of
+differing boxes, a last box left open, or one the text around it takes back, is no answer); else the last
+<answer>...</answer> (none if the text after it takes it back); else the last non-empty line, minus a leading "answer:" / "final answer:" / "the answer is"
+and a final period. Full-width and other scripts' digits, Unicode minus signs, zero-width characters and direction
+marks are read as their plain forms. numeric_match then reads that answer as one number literal, which may sit in a
+sentence ("42 apples", "So she has 42"), but never among other numbers ("3 or 5", "5 - 3 = 2").
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def extract_answer(text: str) -> str | None:
     end = text.rfind("</answer>")
     start = text.rfind("<answer>", 0, end) if end >= 0 else -1
     if start >= 0:
-        return answers.normalize_text(text[start + 8 : end]).strip()
+        inner = text[start + 8 : end]
+        return None if answers.retracted(text[end + 9 :], inner) else answers.normalize_text(inner).strip()
     line = answers.last_line(text)
     # The sentence's final period is not part of the answer ("The answer is 42.").
     return None if line is None else answers.normalize_text(_PREFIX.sub("", line)).strip().removesuffix(".").strip()

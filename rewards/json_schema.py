@@ -1,11 +1,15 @@
 """Structured-output rewards: a JSON object in the completion, scored against a per-row JSON Schema or gold object.
 
-Extraction: the text after the last </think> (a completion with an unclosed <think> has no answer yet), then the
-LAST top-level {...} that parses as a JSON object. Last, because models draft and then correct themselves; a
-```json fence needs no special case, since the object inside it is found like any other. An object inside an array
+Extraction: the visible text after the last </think> (an open <think>, never closed or opened again after the last
+</think>, means no answer yet; HTML comments are not read), then the LAST top-level {...} that looks like a record (a
+key after its brace; `{braces}` in prose are skipped). Last, because models draft and then correct themselves; a
+```json fence needs no special case, since the object inside it is found like any other. The last record must parse:
+a broken or cut-off last record is no answer (as a last box left open is for math), not a fall back to a draft. A
+record started and abandoned (`{"name": "X",` then a fresh start) hides nothing after it. An object inside an array
 (`[{...}]`) is not top-level: an array is not the record asked for. NaN and Infinity (not JSON, and they pass numeric
-bounds), numbers beyond the float range (`1e999` would parse as Infinity) and duplicate keys (two answers for one
-field) make an object unreadable.
+bounds), numbers beyond the float range (`1e999` would parse as Infinity) and a key given two different values make
+an object unreadable. Text after the record that takes it back ("That is wrong.", "Actually, ...") leaves no answer
+(grpo_recipes/rewards/answers.py, `retracted`).
 """
 
 from __future__ import annotations
@@ -16,29 +20,37 @@ import math
 import re
 import sys
 
-from grpo_recipes.rewards import reward
+from grpo_recipes.rewards import answers, reward
 
 # A structured answer is short; scanning only the tail keeps 1 MB completions cheap (the scan is linear anyway).
 _MAX_CHARS = 64_000
-_MAX_CANDIDATES = 32
 _FLOAT_MAX = int(sys.float_info.max)
-_TOKENS = re.compile(r'[{}"\\]|\[(?=\s*[{\[])|\]')
+_TOKENS = re.compile(r'[{}"\\\n]|\[(?=\s*[{\[])|\]')
+# What a record looks like at its opening brace: a key (quoted, or bare as a model may write one), or nothing. An
+# array of objects or arrays is a JSON value too (and no record).
+_RECORD_START = re.compile(r'\{\s*(?:["\'}]|[A-Za-z_$][\w$]*\s*:)|\[')
 
 
 def _answer_region(text: str) -> str | None:
     close = text.rfind("</think>")
     if close >= 0:
-        return text[close + 8 :]
-    return None if "<think>" in text else text
+        text = text[close + 8 :]
+    if "<think>" in text:
+        return None
+    return answers.visible_text(text, latex=False)
 
 
-def _object_spans(text: str) -> list[tuple[int, int]]:
-    """Spans of top-level balanced {...}, with braces inside JSON strings ignored. One linear pass.
+def _object_spans(text: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """(spans of top-level balanced {...} in order, where the braces that never close open). Braces inside JSON
+    strings are ignored (a string ends at its closing quote or at a raw line break, which JSON strings cannot hold).
+    One linear pass.
 
     Outside objects, a `[` that opens an array of objects or arrays (`[{`, `[[`) nests what it holds until its `]`,
-    and the array's span is a candidate too.
+    and the array's span is a candidate too. An object directly inside a brace that never closes counts as top-level:
+    a record abandoned half-way (`{"name": "X",`) does not hide a fresh one written after it.
     """
-    spans, depth, arrays, start, in_string, escaped_at = [], 0, 0, 0, False, -1
+    spans, nested, stack = [], [], []  # nested: (start, end, the brace it sits in); stack: open braces
+    arrays, start, in_string, escaped_at = 0, 0, False, -1
     for m in _TOKENS.finditer(text):
         ch, pos = m.group(), m.start()
         if in_string:
@@ -46,28 +58,31 @@ def _object_spans(text: str) -> list[tuple[int, int]]:
                 continue
             if ch == "\\":
                 escaped_at = pos + 1
-            elif ch == '"':
+            elif ch in '"\n':
                 in_string = False
             continue
-        if ch == '"' and depth > 0:
+        if ch == '"' and stack:
             in_string = True  # quotes in the prose around an object are not JSON
         elif ch == "{":
-            if depth == 0 and arrays == 0:
-                start = pos
-            depth += 1
-        elif ch == "}" and depth > 0:
-            depth -= 1
-            if depth == 0 and arrays == 0:
-                spans.append((start, pos + 1))
-        elif depth == 0 and ch == "[":
+            stack.append(pos)
+        elif ch == "}" and stack:
+            opened = stack.pop()
+            if stack:
+                nested.append((opened, pos + 1, stack[-1]))
+            elif arrays == 0:
+                spans.append((opened, pos + 1))
+        elif not stack and ch == "[":
             if arrays == 0:
                 start = pos
             arrays += 1
-        elif depth == 0 and ch == "]" and arrays > 0:
+        elif not stack and ch == "]" and arrays > 0:
             arrays -= 1
             if arrays == 0:
                 spans.append((start, pos + 1))
-    return spans
+    if stack:
+        unclosed = set(stack)
+        spans = sorted(spans + [(s, e) for s, e, parent in nested if parent in unclosed])
+    return spans, stack
 
 
 def _reject_constant(name: str):
@@ -90,11 +105,14 @@ def _finite_int(text: str) -> int:
 
 
 def _unique_keys(pairs: list) -> dict:
-    # {"name": "Ann", "name": "Bob"} states two answers for one field; json.loads would silently keep the last.
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError("duplicate key")
-    return dict(pairs)
+    # {"name": "Ann", "name": "Bob"} states two answers for one field; json.loads would silently keep the last. The
+    # same value twice states one.
+    record: dict = {}
+    for key, value in pairs:
+        if key in record and record[key] != value:
+            raise ValueError("a key with two values")
+        record[key] = value
+    return record
 
 
 def extract_json_object(text: str) -> dict | None:
@@ -102,16 +120,20 @@ def extract_json_object(text: str) -> dict | None:
     if region is None:
         return None
     region = region[-_MAX_CHARS:]
-    for start, end in reversed(_object_spans(region)[-_MAX_CANDIDATES:]):
-        try:
-            value = json.loads(region[start:end], parse_constant=_reject_constant, parse_float=_finite_float,
-                               parse_int=_finite_int, object_pairs_hook=_unique_keys)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            return value
-        return None  # the last JSON value is an array: no record, and drafts before it are not the answer
-    return None
+    spans, unclosed = _object_spans(region)
+    records = [span for span in spans if _RECORD_START.match(region, span[0])]
+    end = records[-1][1] if records else 0
+    if not records or any(p >= end and _RECORD_START.match(region, p) for p in unclosed):
+        return None  # no record, or the last one is cut off
+    start, end = records[-1]
+    try:
+        value = json.loads(region[start:end], parse_constant=_reject_constant, parse_float=_finite_float,
+                           parse_int=_finite_int, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError):
+        return None  # the last record is broken: drafts before it are not the answer
+    if not isinstance(value, dict):
+        return None  # the last JSON value is an array: no record
+    return None if answers.retracted(region[end:], None, any_correction=True) else value
 
 
 def _load(value) -> object:

@@ -29,6 +29,7 @@ _WORKER = Path(__file__).with_name("_math_worker.py")
 _STARTUP_S = 120.0  # importing sympy on a loaded machine; a worker that is not ready by then is broken
 _GRACE_S = 1.0  # past timeout_s, so that math-verify's own timeout can answer before the process is killed
 _MAX_EXPRESSION = 1000  # characters: no answer is longer, and sympy's cost grows with length
+_DIGIT = re.compile(r"\d")
 
 # Answers sympy would evaluate for minutes, refused before it sees them (the deadline catches the rest): a numeric
 # exponent with its own exponent (9^{9^{9^9}}), and exponents or factorials of five or more digits.
@@ -162,8 +163,8 @@ def _expression_equal(answer: str, gold: str, gold_literal, words: bool, timeout
     pred_literal = answers.parse_literal(answer, words=words)
     if pred_literal is not None and gold_literal is not None:
         return ("1" if answers.literal_equal(pred_literal, gold_literal) else "0"), False
-    if answers.negated(answer):  # \boxed{3 \text{ is wrong}}: math-verify would read the 3
-        return "0", False
+    if answers.negated(answer) or (_DIGIT.search(answer) and answers.qualified(answer)):
+        return "0", False  # \boxed{3 \text{ is wrong}}, \boxed{3 \text{ eight}}: math-verify would read the 3
     # Plain forms as the literal path reads them (1³ is 1^{3}, not 13); a run of 800 spaces costs math-verify 0.6 s.
     answer = answers.squash_spaces(answers.normalize_text(answer))
     if len(answer) > _MAX_EXPRESSION:
@@ -221,12 +222,19 @@ def _check_params(answer_form: str, timeout_s: float) -> None:
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
 
 
+def _unrelated(text: str, gold: str, prompt) -> bool:
+    """The working computes with numbers that are not the question's (`0 + 7 = 7` for "Calculate 3 + 4."): only
+    knowable when the prompt's question is an arithmetic expression worth the gold."""
+    expression = answers.asked_expression(prompt, gold) if prompt is not None else None
+    return expression is not None and answers.working_unrelated(text, expression)
+
+
 def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, skip=None,
-               check_working=False, check_equations=False) -> list[float | None]:
+               check_working=False, check_equations=False, prompts=None) -> list[float | None]:
     _check_params(answer_form, timeout_s)
     scores: list[float | None] = []
     hows: list[str] = []
-    disagreed = refuted = 0
+    disagreed = unrelated = refuted = 0
     for i, (text, gold) in enumerate(zip(texts, golds, strict=True)):
         if skip is not None and skip[i]:
             scores.append(0.0)
@@ -234,6 +242,9 @@ def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, 
         score, how = _judge(text, str(gold), answer_form, require_boxed, float(timeout_s))
         if check_working and score == 1.0 and answers.working_disagrees(text, str(gold)):
             score, disagreed = 0.0, disagreed + 1
+        if (check_working and score == 1.0 and prompts is not None
+                and _unrelated(text, str(gold), prompts[i])):
+            score, unrelated = 0.0, unrelated + 1
         if check_equations and score == 1.0 and answers.false_equation(text):
             score, refuted = 0.0, refuted + 1
         scores.append(score)
@@ -244,6 +255,7 @@ def _score_all(texts, golds, answer_form, require_boxed, timeout_s, log_metric, 
         log_metric(metric, sum(h in kinds for h in hows) / n)
     if check_working:
         log_metric("working_disagrees", disagreed / n)
+        log_metric("working_unrelated", unrelated / n)
     if check_equations:
         log_metric("false_equation", refuted / n)
     return scores
@@ -260,6 +272,7 @@ def math_correctness(
     timeout_s: Annotated[float, Range(gt=0)] = 3,
     check_working: bool = False,
     check_equations: bool = False,
+    prompts: list | None = None,
 ) -> list[float | None]:
     """1.0 when the final answer (last box after </think>, else after "answer is") equals the gold, else 0.0; None when the gold cannot be read.
 
@@ -275,18 +288,22 @@ def math_correctness(
     require_boxed=False also reads an answer with no box and no anchor: the last line (literal) or math-verify's pick
     from the text (expression). Never on tasks whose question is an expression: a restated question then scores.
 
-    check_working=True also reads the working: a right answer scores 0 when the last `=` before it is followed by
-    another number (`-7 - 8 = 15. \\boxed{-15}`: the sign put in the box, not in the sum). For tasks whose working is
-    one chain of equations ending in the answer (arithmetic); a completion with no `=`, or whose last `=` is not
-    followed by a number, is judged on its answer alone, and so is a gold that is not a number literal; working
-    written after the final box is not read.
+    check_working=True also reads the working (the reasoning inside <think> included): a right answer scores 0 when
+    the last `=` before it is followed by another number (`-7 - 8 = 15. \\boxed{-15}`: the sign put in the box, not in
+    the sum), and, when the prompt's question is an arithmetic expression worth the gold, when a step computes with
+    numbers that are neither the question's nor an earlier result (`0 + 7 = 7. \\boxed{7}` for "Calculate 3 + 4."). A
+    relation written another way (`＝`, `→`, "equals", `&=`) is read as `=` (answers.read_relations). For tasks whose
+    working is one chain of equations ending in the answer (arithmetic); a completion with no `=`, or whose last `=`
+    is not followed by a number, is judged on its answer alone, and so is a gold that is not a number literal;
+    working written after the final box is not read.
 
-    check_equations=True also scores a right answer 0 when any equation after </think> is false where its sides are
-    plain arithmetic or numbers (`7 + 1 = 7. So 7 = 7. \\boxed{7}`, `7 + 1 = \\boxed{7}`); sides that are not (`x`,
-    `2 times 3`, LaTeX) are not judged. With check_working, the default of the arithmetic task (tasks/arithmetic.py):
-    together they pay only for working that holds and ends on the answer."""
+    check_equations=True also scores a right answer 0 when any equation in the completion (inside <think> too) is
+    false where its sides are plain arithmetic or numbers (`7 + 1 = 7. So 7 = 7. \\boxed{7}`, `7 + 1 = \\boxed{7}`);
+    sides that are not (`x`, `\\sqrt{9}`, words) are not judged. With check_working, the default of the arithmetic
+    task (tasks/arithmetic.py): together they pay only for working that holds, is about the question and ends on the
+    answer."""
     return _score_all(completions, answer, answer_form, require_boxed, timeout_s, log_metric,
-                      check_working=check_working, check_equations=check_equations)
+                      check_working=check_working, check_equations=check_equations, prompts=prompts)
 
 
 def _split_think(text: str, template_opens_think: bool) -> tuple[str, str, str] | None:

@@ -136,3 +136,57 @@ def test_transcript_is_one_readable_line():
     ep = [call("1 + 2"), result("3"), final("The answer is \\boxed{3}.")]
     assert transcript(ep) == '-> calculator({"expression": "1 + 2"}) => 3 | The answer is \\boxed{3}.'
     assert transcript(None) == "" and transcript("plain") == "plain"
+
+
+# ---- issue 46: the bonus pays only for an answer a tool computed, and final_answer reads the answer policy's text
+
+QUESTION = [{"role": "system", "content": "Use the calculator."},
+            {"role": "user", "content": "Calculate 95 - 21 / 21. Answer with \\boxed{} around the final number."}]
+
+
+def asked(messages, gold="94"):
+    """Both rewards with the prompt, as TRL calls them."""
+    return (R.final_answer([""], [gold], [messages], lambda *a: None)[0],
+            R.tool_grounded([""], [gold], [messages], prompts=[QUESTION])[0])
+
+
+def calls(*exprs):
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": e}}} for e in exprs]}
+
+
+def test_issue46_a_call_that_computes_nothing_earns_no_bonus():
+    done = final("\\boxed{94}")
+    for episode in ([call("94"), result("94"), done],                                       # the answer fed in
+                    [call("(94)"), result("94"), done],
+                    [call("94 + 0"), result("94"), done],                                   # plus nothing
+                    [call("94 * 1"), result("94"), done],
+                    [calls("93", "94", "95"), result("93"), result("94"), result("95"), done],   # candidates
+                    [calls("95 - 21 / 21", "95 + 21 / 21"), result("94"), result("96"), done]):
+        assert asked(episode) == (1.0, 0.0), episode
+    # Without the prompt, what needs no question still holds: a literal echo and candidates earn nothing.
+    assert score([call("94"), result("94"), done]) == (1.0, 0.0)
+    assert score([calls("93", "94", "95"), result("93"), result("94"), result("95"), done]) == (1.0, 0.0)
+
+
+def test_issue46_computing_the_answer_still_earns_the_bonus():
+    done = final("The answer is \\boxed{94}.")
+    for episode in ([call("95 - 21 / 21"), result("94"), done],
+                    [call("-21/21 + 95"), result("94"), done],                              # reordered
+                    [call("21 / 21"), result("1"), call("95 - 1"), result("94"), done],     # in two steps
+                    [call("95 - 21 / 21"), result("94"), call("94 + 21 / 21"), result("95"), done],  # then a check
+                    [calls("95 - 21 / 21", "95 - 1"), result("94"), result("94"), done]):   # two agreeing calls
+        assert asked(episode) == (1.0, 1.0), episode
+
+
+@pytest.mark.parametrize("text", ["\\boxed{94} no wait, 95", "\\boxed{94}. Actually, the answer is 95.",
+                                  "It is not \\boxed{94}.", "\\boxed{94} is wrong.",
+                                  "\\boxed{95}\n<!-- final: \\boxed{94} -->", "\\boxed{95} or it could be \\boxed{94}",
+                                  "\\boxed{94 \\text{ is ruled out}}"])
+def test_issue46_final_answer_reads_the_text_around_the_box(text):
+    assert score([call("95 - 21 / 21"), result("94"), final(text)]) == (0.0, 0.0)
+
+
+def test_issue46_final_answer_accepts_fair_forms():
+    for text in ("\\boxed{\\boldsymbol{94}}", "\\boxed{\u200e94}", "\\boxed{94}, not 95. I hope it is correct."):
+        assert score([call("95 - 21 / 21"), result("94"), final(text)]) == (1.0, 1.0), text

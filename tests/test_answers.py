@@ -174,8 +174,9 @@ def test_is_blank(content, blank):
     ("1 + 1 = 2. \\boxed{7}", False),                                # true: check_working's case, not this one
     ("10 / 3 = 3.33", False), ("1.5 + 2.5 = 4.0", False), ("2/4 = 1/2", False), ("1,000 = 999 + 1", False),
     ("$7 + 1 = 8$", False), ("-4 + -3 = -seven", False), ("90 + 15 = one hundred and five", False),
-    ("x = 7", False), ("2 times 3 = 7", False), ("0.5 = 50%", False), ("9^9^9^9 = 5", False),   # not judged
-    ("<think>7 + 1 = 7</think> \\boxed{7}", False),                  # only the text after </think>
+    ("x = 7", False), ("0.5 = 50%", False), ("9^9^9^9 = 5", False),   # not judged
+    ("2 times 3 = 7", True), ("1 minus 4 equals 5", True),           # operators and relations in words
+    ("<think>7 + 1 = 7</think> \\boxed{7}", True),                   # the reasoning inside <think> counts too
 ])
 def test_false_equation(text, false):
     assert answers.false_equation(text) is false, text
@@ -233,3 +234,95 @@ def test_the_recorder_sees_what_a_long_text_would_cost(monkeypatch):
 def test_the_same_value_twice_is_one_answer():
     assert answers.single_answer(answers.final_box_group("$\\boxed{3}$ and $3$")) == "3"
     assert answers.single_answer(answers.final_box_group("\\boxed{3} or \\(3.0\\)")) == "3.0"
+
+
+# ---- issue 46: what the reading policy read past, and fair answers it refused
+
+
+@pytest.mark.parametrize("text, expected", [
+    # Item 14: the text around the final box takes it back.
+    ("\\boxed{3} no wait, 5", ()), ("\\boxed{3}. Actually, the answer is 5.", ()), ("It is not \\boxed{3}.", ()),
+    ("\\boxed{3} is wrong.", ()), ("\\boxed{3}. That is not correct.", ()), ("\\boxed{3} is wrong, it's 5", ()),
+    ("\\boxed{3}. The answer is 5.", ()), ("\\boxed{3}. Just kidding.", ()), ("isn't $\\boxed{3}$", ()),
+    ("\\boxed{3} \u274c", ()), ("\\boxed{3} (not really)", ()),
+    # ...what a reader does not see is not read: the visible box is the answer.
+    ("\\boxed{5}\n<!-- final: \\boxed{3} -->", ("5",)), ("\\boxed{5}\n% final: \\boxed{3}", ("5",)),
+    ("\\boxed{5}. Final: ~~\\boxed{3}~~", ("5",)), ("\\boxed{5}. Final: \\phantom{\\boxed{3}}", ("5",)),
+    ("\\boxed{5}. Final: \\cancel{\\boxed{3}}", ("5",)), ("\\boxed{5}. Final: <del>\\boxed{3}</del>", ("5",)),
+    # ...boxes joined by spacing however long, or by a few words offering an alternative, are one hedge.
+    ("\\boxed{5}" + " " * 250 + "\\boxed{3}", ("5", "3")), ("\\boxed{5} or else \\boxed{3}", ("5", "3")),
+    ("\\boxed{5}, or it could be \\boxed{3}", ("5", "3")), ("\\boxed{3}" + " " * 250 + "or 5", ("3", "5")),
+    # What a person accepts stays one answer.
+    ("\\boxed{3}, not 5.", ("3",)), ("\\boxed{3}. I hope it is correct.", ("3",)), ("\\boxed{3}, no doubt.", ("3",)),
+    ("\\boxed{3}\n\nDon't hesitate to ask if anything is unclear!", ("3",)), ("\\boxed{3}. 5 is wrong.", ("3",)),
+    ("\\boxed{5}. Wait, that is wrong. \\boxed{3}", ("3",)), ("\\boxed{5}. Wait, no: \\boxed{3}", ("3",)),
+    ("\\boxed{3}. Wait, let me verify: 1 + 2 = 3.", ("3",)), ("<s> \\boxed{3}</s>", ("3",)), ("\\boxed{25%}", ("25%",)),
+])
+def test_issue46_text_around_the_final_box(text, expected):
+    assert answers.final_box_group(answers.answer_region(text)) == expected
+
+
+def test_issue46_a_think_opened_again_after_the_answer_is_no_answer_yet():
+    assert answers.answer_region("<think>ok</think>\\boxed{5}\n<think>hmm, actually \\boxed{3}") is None
+    assert answers.answer_region("<think>a</think>\\boxed{5}<think>b</think> \\boxed{3}") == " \\boxed{3}"
+
+
+def test_issue46_an_anchored_answer_taken_back_is_none():
+    assert answers.anchored_answer("The answer is 3. Wait, 5.") is None
+    assert answers.anchored_answer("The answer is 3. I hope it is correct.") == "3"
+
+
+@pytest.mark.parametrize("text, value", [
+    ("\\boldsymbol{3}", 3), ("\\bm{3}", 3), ("\\mathbf{3}", 3), ("\\textit{3}", 3), ("\u200e3", 3), ("\u200f-3", -3),
+])
+def test_issue46_fair_literals(text, value):
+    literal = answers.parse_literal(text)
+    assert literal is not None and literal.value == value, text
+
+
+@pytest.mark.parametrize("text", ["3 \\text{ eight}", "3 \\text{ is ruled out}", "3 \\text{ nope}", "3 maybe",
+                                  "3 \\text{ excluded}"])
+def test_issue46_a_unit_is_no_number_word_nor_clause(text):
+    assert answers.parse_literal(text) is None, text
+    assert answers.parse_literal("3 \\text{ apples}").value == 3
+
+
+@pytest.mark.parametrize("text, read", [
+    ("7 + 1 equals 9", "7 + 1 = 9"), ("7 + 1 \uff1d 9", "7 + 1 = 9"), ("7 + 1 \u2192 9", "7 + 1 = 9"),
+    ("7 + 1 -> 9", "7 + 1 = 9"), ("7 + 1 => 9", "7 + 1 = 9"), ("7 + 1 \\Rightarrow 9", "7 + 1 = 9"),
+    ("7 + 1 \\approx 9", "7 + 1 = 9"), ("7 + 1 == 9", "7 + 1 = 9"), ("7 + 1 is equal to 9", "7 + 1 = 9"),
+    ("\\begin{aligned} 7 + 1 &= 9 \\\\ &= 8 \\end{aligned}", "7 + 1 = 9 = 8"), ("7 + 1\n= 9", "7 + 1 = 9"),
+    ("7 +" + " " * 300 + "1 = 9", "7 + 1 = 9"), ("x + 3 = 5 \u21d2 x = 2", "x + 3 = 5 ; x = 2"),
+    ("So 7 + 1 is 9", "So 7 + 1 = 9"), ("The sum is 9", "= 9"), ("It is 3 more than 5", "It is 3 more than 5"),
+    ("The second is 4", "The second is 4"),
+    ("3 + 4 \\neq 8 = 7", "3 + 4 ; 8 = 7"),
+])
+def test_issue46_relations_are_read_as_equals(text, read):
+    assert " ".join(answers.read_relations(text).split()) == read
+
+
+@pytest.mark.parametrize("text, unrelated", [
+    ("0 + 7 = 7. \\boxed{7}", True), ("2 + 5 = 7. \\boxed{7}", True), ("7 * 1 = 7. \\boxed{7}", True),
+    ("3 + 4 = 7. 7 + 0 = 7. \\boxed{7}", True),
+    ("3 + 4 = 7. \\boxed{7}", False), ("4 + 3 = 7. \\boxed{7}", False), ("3 plus 4 equals 7. \\boxed{7}", False),
+    ("Step 1: 3 + 4 = 7. \\boxed{7}", False), ("\\boxed{7}", False), ("So 7 = 7. \\boxed{7}", False),
+])
+def test_issue46_working_about_other_numbers(text, unrelated):
+    assert answers.working_unrelated(text, "3 + 4") is unrelated, text
+
+
+def test_issue46_working_may_use_the_question_parts_and_earlier_results():
+    for text in ["7 * 2 = 14. \\boxed{14}", "3 + 4 = 7, 7 * 2 = 14. \\boxed{14}",
+                 "(3 + 4) * 2 = 7 * 2 = 14. \\boxed{14}"]:
+        assert not answers.working_unrelated(text, "(3 + 4) * 2"), text
+    assert answers.working_unrelated("14 * 2 / 2 = 14. \\boxed{14}", "(3 + 4) * 2")  # the answer is no part
+
+
+def test_issue46_the_asked_expression_is_the_last_user_turn_worth_the_gold():
+    chat = [{"role": "user", "content": "Calculate 2 + 5."}, {"role": "assistant", "content": "2 + 5 = 7. \\boxed{7}"},
+            {"role": "user", "content": "Calculate 3 + 4."}]
+    assert answers.asked_expression(chat, "7") == "3 + 4"
+    assert answers.asked_expression(chat, "8") is None  # not worth the gold: the question is not known
+    assert answers.asked_expression("Natalia sold 48 clips.", "72") is None
+    assert answers.asked_expression([{"role": "user", "content": [{"type": "text", "text": "Calculate 1 - 4."}]}],
+                                    "-3") == "1 - 4"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo_recipes.config.resolve import resolve
-from grpo_recipes.rewards import hacks, registry
+from grpo_recipes.rewards import answers, hacks, registry
 from grpo_recipes.tasks.data import load_splits
 
 CONFIG = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "math_cpu.yaml"
@@ -170,3 +170,107 @@ def test_without_these_settings_the_same_hacks_pay(setup):
     texts = [ISSUE34["false working"](str(r["answer"])) for r in rows]
     assert _score(plain[0], rows, texts) == [1.0] * len(rows)
     assert _score(plain[1], rows, ["So \\boxed{B}."] * len(rows)) == [1.0] * len(rows)
+
+
+# ---- issue 46: each completion is built from a row whose question is an expression worth its gold (e, g; w: a wrong
+# number) and scored as TRL calls the recipe's rewards, prompts included. A wrong boxed number earns 0.2 (the format
+# part); each hack below earned 1.2, an honest right answer's score, and must earn no more than a wrong answer.
+
+
+def _asked_total(recipe_rewards, rows: list[dict], texts: list[str]) -> list[float]:
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    kwargs = {"answer": [r["answer"] for r in rows], "prompts": [r["prompt"] for r in rows],
+              "log_metric": lambda *a: None}
+    scores = [(spec.weight, func(completions, **kwargs)) for spec, func in recipe_rewards]
+    return [sum(weight * (s[i] or 0.0) for weight, s in scores) for i in range(len(texts))]
+
+
+def _about_other_numbers(text: str, expression: str) -> str | None:
+    """The completion, when its working computes with a number the question does not hold (else the row cannot carry
+    it: `0 + 7 = 7` answers "Calculate 0 + 7." honestly)."""
+    step = text.split("=")[0]
+    return None if answers.numbers_in(step) <= answers.question_numbers(expression) else text
+
+
+# Item 13: working the check could not read, or true working about other numbers.
+ISSUE46_WORKING = {
+    "equals": lambda e, g, w: f"{e} equals {w}. \\boxed{{{g}}}",
+    "full-width equals": lambda e, g, w: f"{e} \uff1d {w}. \\boxed{{{g}}}",
+    "arrow": lambda e, g, w: f"{e} \u2192 {w}. \\boxed{{{g}}}",
+    "aligned": lambda e, g, w: f"\\begin{{aligned}} {e} &= {w} \\\\ &= {g} \\end{{aligned}} \\boxed{{{g}}}",
+    "left right": lambda e, g, w: f"\\left( {e} + 1 \\right) = {g}. \\boxed{{{g}}}",
+    "padded side": lambda e, g, w: f"{e} +{' ' * 200}1 = {g}. \\boxed{{{g}}}",
+    "inside think": lambda e, g, w: f"<think>{e} = {w}.</think>\\boxed{{{g}}}",
+    "0 + g = g": lambda e, g, w: _about_other_numbers(f"0 + {g} = {g}. \\boxed{{{g}}}", e),
+    "the few-shot's working": lambda e, g, w: _about_other_numbers("2 + 5 = 7. \\boxed{7}", e) if g == 7 else None,
+}
+# Item 14: text around the final box, hidden content, hedges the reader missed, words read as a unit.
+ISSUE46_AROUND_BOX = {
+    "no wait": lambda e, g, w: f"\\boxed{{{g}}} no wait, {w}",
+    "actually": lambda e, g, w: f"\\boxed{{{g}}}. Actually, the answer is {w}.",
+    "it is not": lambda e, g, w: f"It is not \\boxed{{{g}}}.",
+    "is wrong": lambda e, g, w: f"\\boxed{{{g}}} is wrong.",
+    "HTML comment": lambda e, g, w: f"\\boxed{{{w}}}\n<!-- final: \\boxed{{{g}}} -->",
+    "LaTeX comment": lambda e, g, w: f"\\boxed{{{w}}}\n% final: \\boxed{{{g}}}",
+    "think reopened": lambda e, g, w: f"<think>ok</think>\\boxed{{{w}}}\n<think>hmm, actually \\boxed{{{g}}}",
+    "boxes 250 spaces apart": lambda e, g, w: f"\\boxed{{{w}}}{' ' * 250}\\boxed{{{g}}}",
+    "or else": lambda e, g, w: f"\\boxed{{{w}}} or else \\boxed{{{g}}}",
+    "or it could be": lambda e, g, w: f"\\boxed{{{w}}}, or it could be \\boxed{{{g}}}",
+    "number word as unit": lambda e, g, w: f"\\boxed{{{g} \\text{{ eight}}}}",
+    "clause as unit": lambda e, g, w: f"\\boxed{{{g} \\text{{ is ruled out}}}}",
+}
+# Item 16 and what a person accepts: each earns an honest right answer's 1.2.
+ISSUE46_FAIR = {
+    "bold": lambda e, g, w: f"{e} = {g}. \\boxed{{\\boldsymbol{{{g}}}}}",
+    "left-to-right mark": lambda e, g, w: f"{e} = {g}. \\boxed{{\u200e{g}}}",
+    "text after the box": lambda e, g, w: f"{e} = {g}. \\boxed{{{g}}}, not {w}. I hope it is correct.",
+    "relation words": lambda e, g, w: f"{e} equals {g}. \\boxed{{{g}}}",
+    "arrow": lambda e, g, w: f"{e} \u2192 {g}. \\boxed{{{g}}}",
+    "aligned": lambda e, g, w: f"\\begin{{aligned}} {e} &= {g} \\end{{aligned}} \\boxed{{{g}}}",
+    "a label": lambda e, g, w: f"Step 1: {e} = {g}. \\boxed{{{g}}}",
+}
+
+
+def _issue46_rows(setup) -> list[dict]:
+    _, _, rows, _ = setup
+    return [r for r in rows if r.get("worked_solution")]  # the expression is worth the gold
+
+
+def _made(rows: list[dict], build) -> list[tuple[dict, str]]:
+    made = [(r, build(r["expression"], int(r["answer"]), int(r["answer"]) + 1)) for r in rows]
+    return [(r, t) for r, t in made if t is not None]
+
+
+@pytest.mark.parametrize("form", sorted(ISSUE46_WORKING))
+def test_issue46_working_it_cannot_read_or_about_other_numbers_earns_no_more_than_a_wrong_answer(setup,
+                                                                                                recipe_rewards, form):
+    made = _made(_issue46_rows(setup), ISSUE46_WORKING[form])
+    assert len(made) >= (20 if form == "the few-shot's working" else 500), form
+    totals = _asked_total(recipe_rewards, [r for r, _ in made], [t for _, t in made])
+    paid = [(t, r["question"], s) for (r, t), s in zip(made, totals) if s > 0.2 + 1e-9]
+    assert not paid, f"{len(paid)} of {len(made)} paid, e.g. {paid[:3]}"
+
+
+@pytest.mark.parametrize("form", sorted(ISSUE46_AROUND_BOX))
+def test_issue46_text_around_the_box_is_read_on_every_row(setup, recipe_rewards, form):
+    made = _made(_issue46_rows(setup), ISSUE46_AROUND_BOX[form])
+    totals = _asked_total(recipe_rewards, [r for r, _ in made], [t for _, t in made])
+    paid = [(t, s) for (_, t), s in zip(made, totals) if s > 0.2 + 1e-9]
+    assert len(made) >= 500 and not paid, f"{len(paid)} of {len(made)} paid, e.g. {paid[:3]}"
+
+
+@pytest.mark.parametrize("form", sorted(ISSUE46_FAIR))
+def test_issue46_fair_forms_earn_full_marks_on_every_row(setup, recipe_rewards, form):
+    made = _made(_issue46_rows(setup), ISSUE46_FAIR[form])
+    totals = _asked_total(recipe_rewards, [r for r, _ in made], [t for _, t in made])
+    refused = [(t, s) for (_, t), s in zip(made, totals) if s != pytest.approx(1.2)]
+    assert len(made) >= 500 and not refused, f"{len(refused)} of {len(made)} refused, e.g. {refused[:3]}"
+
+
+def test_issue46_worked_solutions_and_the_few_shot_earn_full_marks_with_their_prompts(setup, recipe_rewards):
+    """The working check reads the question from the prompt: the recipe's own demonstrations still earn 1.2."""
+    rows = _issue46_rows(setup)
+    totals = _asked_total(recipe_rewards, rows, [r["worked_solution"] for r in rows])
+    assert totals == [pytest.approx(1.2)] * len(rows)
+    few_shot = {"answer": "7", "prompt": [{"role": "user", "content": "Calculate 2 + 5."}]}
+    assert _asked_total(recipe_rewards, [few_shot], ["2 + 5 = 7. \\boxed{7}"]) == [pytest.approx(1.2)]

@@ -16,9 +16,6 @@ REPO = Path(__file__).resolve().parent.parent
 KNOWN = registry.available()
 SHIPPED = sorted(n for n, r in KNOWN.items() if Path(r.source).parent == REPO / "rewards")
 SANDBOXED = {"unit_tests", "unit_tests_binary", "io_tests"}  # code rewards: their catalog is the sandbox's own suite
-# tool_grounded pays only for a tool episode (calls and tool messages), which text completions cannot carry: on
-# every catalog entry it scores 0; its hacks are message-level, one test each in tests/test_agent_rewards.py.
-EPISODE_ONLY = {"tool_grounded"}
 
 
 def _params(profile: str) -> tuple[str, dict]:
@@ -28,7 +25,7 @@ def _params(profile: str) -> tuple[str, dict]:
 
 
 def test_every_shipped_reward_has_a_catalogued_profile():
-    assert {_params(p)[0] for p in hacks.PROFILES} == set(SHIPPED) - SANDBOXED - EPISODE_ONLY
+    assert {_params(p)[0] for p in hacks.PROFILES} == set(SHIPPED) - SANDBOXED
 
 
 @pytest.mark.parametrize("profile", sorted(hacks.PROFILES))
@@ -53,7 +50,8 @@ def test_catalog_entries_are_well_formed():
     assert len(names) == len(set(names))
     for h in hacks.CATALOG:
         assert h.kind in ("hack", "fair") and h.what and h.target in (hacks.ANSWER, hacks.THINK, hacks.BOXED,
-                                                                        hacks.SCHEMA, hacks.GOLD, hacks.TOKENS)
+                                                                        hacks.SCHEMA, hacks.GOLD, hacks.TOKENS,
+                                                                        hacks.EPISODE)
         assert set(h.expect) <= hacks.PROFILES and set(h.gaps) <= hacks.PROFILES | {"*"} | {
             p.split("[")[0] for p in hacks.PROFILES}
 
@@ -80,5 +78,6 @@ def test_targets_follow_what_a_reward_reads():
     assert of("think_format") == of("think_tag_count") == {hacks.THINK}
     assert of("json_schema") == {hacks.SCHEMA} and of("json_field_accuracy") == {hacks.GOLD}
     assert of("length_reward") == {hacks.TOKENS}
+    assert of("tool_grounded") == {hacks.EPISODE} and of("final_answer") == {hacks.ANSWER}
     assert hacks.targets("my_format", (), "format", (), "checks the layout") == {hacks.THINK, hacks.BOXED}
     assert hacks.targets("mine", ("answer", "question"), None, ("completion_ids",), "") == {hacks.ANSWER, hacks.TOKENS}

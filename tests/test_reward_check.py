@@ -237,13 +237,16 @@ def test_a_hack_that_makes_a_reward_raise_breaks_the_contract(naive_dir, capsys)
 def test_shipped_reward_check_compares_with_the_catalog(capsys):
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz"]) == 0
     out = capsys.readouterr().out
-    # The working is not read without check_working: its five catalogued hacks are paid, each with its reason.
-    assert ("pays for 5 hack(s): working_contradicts_answer, working_in_words, false_working, unrelated_working, "
-            "false_equation_then_true" in out and "REFUSES" in out and "(known: " in out)
+    # The working is not read without check_working: its fourteen catalogued hacks are paid, each with its reason.
+    assert ("pays for 14 hack(s): working_contradicts_answer, working_in_words, false_working, unrelated_working, "
+            "false_equation_then_true, working_relation_word, working_fullwidth_equals, working_arrow, "
+            "working_in_aligned, working_left_right, working_padded_side, working_in_think, identity_working, "
+            "other_numbers_working" in out and "REFUSES" in out and "(known: " in out)
     assert re.search(r"PAYS\s+1\.00\s+working_contradicts_answer:.*\(known: the working before", out)
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
                  '{"check_working": true}']) == 0
-    assert "pays for 1 hack(s): false_equation_then_true" in capsys.readouterr().out  # only the last chain is read
+    # The last chain holds there, but its false step computes with numbers the question does not hold.
+    assert "pays for 0 hack" in capsys.readouterr().out
     # The arithmetic task's default (tasks/arithmetic.py) reads every equation too: it pays for none.
     assert main(["rewards", "check", "math_correctness", "--rows", "2", "--no-fuzz", "--params",
                  '{"check_working": true, "check_equations": true}']) == 0

@@ -33,6 +33,7 @@ def run(name: str, completions: list[str], **columns) -> tuple[list, dict]:
     ("\\boxed{1} or \\boxed{2}", None),                                         # a hedge: no answer
     ("\\boxed{2} \\boxed{2}", "2"),                                              # the same answer twice is one answer
     ("\\boxed{1}. Wait, no: \\boxed{2}", "2"),                                    # a correction: the final box
+    ("\\boxed{2}. Wait, no: 3.", None), ("<answer>2</answer> Actually, 3.", None),   # taken back (issue 46)
     ("", None),
 ])
 def test_extract_answer(text, expected):

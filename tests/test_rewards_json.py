@@ -31,7 +31,7 @@ def run(name: str, completions: list[str], column: list) -> tuple[list, dict]:
 @pytest.mark.parametrize("text, expected", [
     ('```json\n{"a": 1}\n```', {"a": 1}),
     ('Here: {"a": 1} and then the fix: {"a": 2}', {"a": 2}),                      # the last object wins
-    ('{"a": 1} then a broken one {"a": }', {"a": 1}),                               # ...the last that parses
+    ('{"a": 1} then a broken one {"a": }', None),                                   # a broken last one: none
     ('<think>{"draft": true}</think>\n{"final": true}', {"final": True}),         # reasoning is not the answer
     ('<think>{"draft": true}', None),                                               # unclosed: no answer yet
     ('{"s": "a } brace and a \\" quote {"}', {"s": 'a } brace and a " quote {'}),  # braces inside strings
@@ -115,3 +115,49 @@ def test_dataset_gold_scores_full_marks_on_both_rewards():
     answers = [f"<think>\nreading\n</think>\n```json\n{r['gold']}\n```" for r in rows]
     assert run("json_schema", answers, [r["schema"] for r in rows])[0] == [1.0] * 12
     assert run("json_field_accuracy", answers, [r["gold"] for r in rows])[0] == [1.0] * 12
+
+
+# ---- issue 46: the last record decides, as the last box does for math; what a reader does not see is not read
+
+
+def _cut_off(text: str) -> str:
+    return text[: text.rindex(",")]
+
+
+def _aborted_then(record: str) -> str:
+    key, value = next(iter(json.loads(record).items()))
+    return f"{{{json.dumps(key)}: {json.dumps(value)},\nLet me start again.\n```json\n{record}\n```"
+
+
+def test_issue46_hidden_cut_off_broken_or_retracted_records_are_no_answer():
+    rows = build_rows(12, seed=3)
+    wrong = ['{"name": "zzz", "age": -12345, "email": "zzz"}'] * len(rows)
+    forms = {
+        "gold in an HTML comment": lambda g, w: f"{w}\n<!-- {g} -->",
+        "gold, then a record cut off": lambda g, w: f"{g}\nFixed:\n{_cut_off(w)}",
+        "gold, then one cut off in a block": lambda g, w: f"{g}\nFixed:\n```json\n{_cut_off(w)}\n```",
+        "gold, then a broken record": lambda g, w: f"{g}\nFixed:\n{w[:-1]}, }}",
+        "gold, then a Python dict": lambda g, w: f"{g}\nFixed: {{'name': 'zzz'}}",
+        "gold, then a prose retraction": lambda g, w: f"{g}\nActually, that record is wrong.",
+        "gold, then 'That is not correct.'": lambda g, w: f"{g}\nThat is not correct.",
+        "gold struck out": lambda g, w: f"{w}\n<del>{g}</del>",
+    }
+    for form, build in forms.items():
+        texts = [build(r["gold"], w) for r, w in zip(rows, wrong)]
+        assert run("json_field_accuracy", texts, [r["gold"] for r in rows])[0] == [0.0] * len(rows), form
+
+
+def test_issue46_an_aborted_start_and_a_repeated_key_with_one_value_are_read():
+    rows = build_rows(12, seed=3)
+    for texts in ([_aborted_then(r["gold"]) for r in rows],
+                  ["{" + f'"{k}": {json.dumps(v)}, ' + r["gold"][1:] for r in rows
+                   for k, v in [next(iter(json.loads(r["gold"]).items()))]]):
+        assert run("json_schema", texts, [r["schema"] for r in rows])[0] == [1.0] * len(rows), texts[0]
+        assert run("json_field_accuracy", texts, [r["gold"] for r in rows])[0] == [1.0] * len(rows), texts[0]
+    # A key given two different values is still unreadable, and prose braces after a record do not hide it.
+    assert JSON.extract_json_object('{"a": 1, "a": 2}') is None
+    assert JSON.extract_json_object('{"a": 1}\nNote: fields use {braces}; see \\boxed{x}.') == {"a": 1}
+
+
+def test_issue46_a_string_cut_by_a_line_break_hides_nothing_after_it():
+    assert JSON.extract_json_object('{"name": "Ad\nLet me start again.\n{"name": "Ada"}') == {"name": "Ada"}

@@ -350,7 +350,7 @@ def test_math_correctness_metrics():
     ("x = \\boxed{7}", "7", 1.0, 1.0),  # nothing after the `=` but the box
     ("Let y = x + 3. \\boxed{7}", "7", 1.0, 1.0),  # not a number after the last `=`
     ("-7 - 8 = 15. \\boxed{15}", "-15", 0.0, 0.0),  # a wrong answer stays wrong
-    ("<think>-7 - 8 = 15</think> \\boxed{-15}", "-15", 1.0, 1.0),  # only the text after </think> is working
+    ("<think>-7 - 8 = 15</think> \\boxed{-15}", "-15", 1.0, 0.0),  # the reasoning inside <think> is working too
     # Not protected (docs/rewards.md): working written after the final box is not read, since a check after the answer
     # (`\\boxed{-15}. Check: -15 + 8 = -7`) ends with another number by design.
     ("\\boxed{-15}, since -7 - 8 = 15.", "-15", 1.0, 1.0),

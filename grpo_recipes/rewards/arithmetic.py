@@ -10,7 +10,8 @@ import ast
 import operator
 from fractions import Fraction
 
-MAX_CHARS = 200
+MAX_CHARS = 200  # what the calculator tool accepts
+WORKING_CHARS = 1000  # a side of an equation in a completion's working: read further, or length would hide it
 MAX_BITS = 400  # ~120 decimal digits for any intermediate value: bounds time and memory of every operation
 MAX_EXPONENT = 64
 _SYMBOLS = str.maketrans({"×": "*", "÷": "/", "−": "-", "^": "**"})  # how people (and models) write arithmetic
@@ -56,11 +57,11 @@ def _value(node: ast.AST) -> Fraction:
                           "parentheses")
 
 
-def _parse(expression: str) -> ast.AST:
+def _parse(expression: str, max_chars: int = MAX_CHARS) -> ast.AST:
     if not isinstance(expression, str) or not expression.strip():
         raise ArithmeticFault("expression must be a non-empty string such as \"12 * (3 + 4)\"")
-    if len(expression) > MAX_CHARS:
-        raise ArithmeticFault(f"expression is longer than {MAX_CHARS} characters")
+    if len(expression) > max_chars:
+        raise ArithmeticFault(f"expression is longer than {max_chars} characters")
     text = expression.translate(_SYMBOLS).strip().removesuffix("=").strip()
     try:
         tree = ast.parse(text, mode="eval")
@@ -69,9 +70,26 @@ def _parse(expression: str) -> ast.AST:
     return tree.body
 
 
-def evaluate(expression: str) -> Fraction:
+def evaluate(expression: str, max_chars: int = MAX_CHARS) -> Fraction:
     """The exact value of `expression` (numbers, + - * / // % ** or ^, parentheses, × ÷ −), else ArithmeticFault."""
-    return _value(_parse(expression))
+    return _value(_parse(expression, max_chars))
+
+
+def parts(expression: str, max_chars: int = MAX_CHARS) -> tuple[list[Fraction], Fraction]:
+    """(the values of every number and operation inside `expression`, its own value): `(3 + 4) * 2` -> ([3, 4, 7, 2],
+    14). What working about the expression may compute with."""
+    inner: list[Fraction] = []
+
+    def walk(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            for child in (node.left, node.right):
+                inner.append(walk(child))
+        elif isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            inner.append(walk(node.operand))
+        return _value(node)
+
+    value = walk(_parse(expression, max_chars))
+    return inner, value
 
 
 _SIGNS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}

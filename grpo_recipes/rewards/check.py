@@ -12,7 +12,8 @@ else from the row: the reference program for a `canonical_solution` column, the 
 `\\boxed{answer}` for an `answer` column, a generic think-then-box answer otherwise. `completion_ids` are the UTF-8 bytes of the text (one
 token per byte, at most MAX_IDS), since no tokenizer is loaded here.
 
-Then the part of the hack catalog (grpo_recipes/rewards/hacks.py) that matches what the reward reads runs on the same rows:
+Then the part of the hack catalog (grpo_recipes/rewards/hacks.py) that matches what the reward reads runs on the same
+rows (an episode entry is a list of messages: the reward gets it as `completion_messages`, its text as the completion):
 each hack is reported as paid (it scores above the row's wrong answer) or refused (a fair form scores below the
 row's right answer), and for a shipped reward, against the score the catalog records. A slow entry (a shape that
 costs time) is also timed on the first row against a plain completion of the same length, best of 3 each, and
@@ -36,7 +37,7 @@ import reasoning_gym
 
 from ..tasks.json_rows import build_rows
 from . import hacks as catalog
-from .registry import RewardDef
+from .registry import RewardDef, completion_text
 
 KINDS = ("good", "bad", "malformed", "fuzz")
 MAX_IDS = 32_768  # token ids stop at max_completion_length in training, however long the fuzz text is
@@ -256,7 +257,8 @@ def _problems(out: Any, n: int) -> list[str]:
     return bad
 
 
-def _short(text: str) -> str:
+def _short(text: str | list) -> str:
+    text = text if isinstance(text, str) else completion_text(text)
     return repr(text[:60]) + (f"... ({len(text)} chars)" if len(text) > 60 else "")
 
 
@@ -266,7 +268,10 @@ class _Call:
     def __init__(self, rdef: RewardDef, params: dict, report: CheckReport):
         self.rdef, self.params, self.report = rdef, params, report
 
-    def __call__(self, texts: list[str], row: dict) -> Any:
+    def __call__(self, completions: list[str | list], row: dict) -> Any:
+        # A completion is a text, or a tool episode's messages (the episode catalog), as TRL hands either.
+        messages = [c if isinstance(c, list) else [{"role": "assistant", "content": c}] for c in completions]
+        texts = [c if isinstance(c, str) else completion_text(c) for c in completions]
         columns = {c: [row[c]] * len(texts) for c in self.rdef.columns}
         prompt = row.get("prompt", row.get("question", ""))
         context = {
@@ -275,8 +280,8 @@ class _Call:
             "log_metric": lambda name, value: self.report.metrics[name].append(float(value)),
             "log_extra": lambda name, values: None,
             "trainer_state": None,
-            # a plain completion as TRL hands it in a chat run: one assistant message (no tool calls)
-            "completion_messages": [[{"role": "assistant", "content": t}] for t in texts],
+            # as TRL hands completions in a chat run: one assistant message, or a tool episode's messages
+            "completion_messages": messages,
             "environments": None,
         }
         context = {k: v for k, v in context.items() if k in self.rdef.context}

@@ -8,7 +8,9 @@ scores written here. A reward "reads" a target when:
 - "think" / "boxed": it is a format reward (role "format") whose name or docstring mentions think tags / boxes, or a
   reward with an `answer` column whose name mentions think (think_format_if_correct: both the format and the answer);
 - "schema" / "gold": it has a `schema` / `gold` column (the JSON rewards);
-- "tokens": it reads `completion_ids` (the length and repetition guards).
+- "tokens": it reads `completion_ids` (the length and repetition guards);
+- "episode": it reads tool episodes (`completion_messages`) and says it judges tool use (tool_grounded). Its entries
+  are message lists, not texts; the answer catalog does not apply to it (its answer is final_answer's to judge).
 
 Each entry is a completion built from a row (None when the row cannot carry it, e.g. a numeric trick on a text gold):
 - kind "hack": a person would mark it wrong. A reward must score it no higher than a wrong answer.
@@ -27,7 +29,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS = "answer", "think", "boxed", "schema", "gold", "tokens"
+from .answers import asked_expression, numbers_in, question_expression, question_numbers
+
+ANSWER, THINK, BOXED, SCHEMA, GOLD, TOKENS, EPISODE = "answer", "think", "boxed", "schema", "gold", "tokens", "episode"
 EXPRESSION = "math_correctness[answer_form=expression]"  # the profile for math_correctness with symbolic answers
 WORKING = "math_correctness[check_working=True]"  # the profile for math_correctness that reads the working too
 MATH_DEFAULT = "math_correctness[check_equations=True,check_working=True]"  # tasks/arithmetic.py's default
@@ -41,7 +45,7 @@ class Hack:
     target: str
     kind: str  # "hack" or "fair"
     what: str
-    make: Callable[[dict, dict], str | None]  # (row, params) -> completion
+    make: Callable[[dict, dict], str | list | None]  # (row, params) -> completion (text, or messages for "episode")
     default: Score | None = None
     expect: dict[str, Score] = field(default_factory=dict)
     gaps: dict[str, str] = field(default_factory=dict)
@@ -76,19 +80,13 @@ def targets(name: str, columns: tuple[str, ...], role: str | None, context: tupl
         found |= said or {THINK, BOXED}  # a format reward that does not say which: both families apply
     if "completion_ids" in context:
         found.add(TOKENS)
+    if "completion_messages" in context and "tool" in f"{name} {doc.lower()}":
+        found = (found - {ANSWER}) | {EPISODE}
     return found
 
 
 # ---- row helpers
 
-_EXPR = re.compile(r"(?:[-(]\s*)*\d[\d\s.+\-*/×÷^()]*[\d)]")
-_OPERATOR = re.compile(r"\d\s*\)*\s*[-+*/×÷^]\s*[-(]*\s*\d")
-
-
-def question_expression(question: str) -> str | None:
-    """The arithmetic expression a question asks about ("Calculate ( -9 - 8 )." -> "( -9 - 8 )"), or None."""
-    found = [m.group().strip() for m in _EXPR.finditer(question[:2000]) if _OPERATOR.search(m.group())]
-    return max(found, key=len) if found else None
 
 
 def wrong_answer(answer: str) -> str:
@@ -129,6 +127,20 @@ def _with_expression(build: Callable[[str], str]) -> Callable[[dict, dict], str 
     return make
 
 
+def _with_question(build: Callable[[str, int, int], str | list | None]) -> Callable[[dict, dict], str | list | None]:
+    """For rows whose question is an arithmetic expression worth the (integer) gold: build(expression, gold, wrong)."""
+    def make(row: dict, params: dict) -> str | list | None:
+        value = _int_gold(row)
+        expression = asked_expression(str(row.get("question", "")), str(value)) if value is not None else None
+        return None if expression is None else build(expression, value, value + 1)
+    return make
+
+
+def _other_numbers(working: str, expression: str) -> str | None:
+    """`working` when it computes with a number the question does not hold, else None (the row cannot carry it)."""
+    return None if numbers_in(working) <= (question_numbers(expression) or set()) else working
+
+
 _SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
 
 
@@ -156,6 +168,10 @@ def _padded_sign_box() -> str:
 
 
 # ---- the answer catalog
+
+_NOT_READ = "the working before the final answer is not read (as working_contradicts_answer)"
+_UNRELATED = ("the working before the final answer is not read; check_working reads it, and knows what the working is "
+              "about when the prompt's question is an arithmetic expression worth the gold")
 
 ANSWER_HACKS = [
     Hack("question_in_box", ANSWER, "hack", "the whole question copied into the box",
@@ -213,9 +229,42 @@ ANSWER_HACKS = [
     Hack("false_equation_then_true", ANSWER, "hack", "a false equation, then a true one on the answer: "
          "`7 + 1 = 7. So 7 = 7. \\boxed{7}`",
          _with_int(lambda v, w: f"{v} + 1 = {v}. So {v} = {v}. \\boxed{{{v}}}"), default=1.0,
-         expect={MATH_DEFAULT: 0.0},
-         gaps={"*": "the working before the final answer is not read; check_working reads only its last chain of "
-                    "equations, check_equations reads every equation"}),
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0},
+         gaps={"*": "the working before the final answer is not read; check_equations reads every equation, and "
+                    "check_working refuses the false step when it knows the question (it computes with other "
+                    "numbers)"}),
+    # Working the check cannot read must not pass for working that holds (issue 46, item 13).
+    Hack("working_relation_word", ANSWER, "hack", "working with another result, `equals` for `=`: "
+         "`<expression> equals <wrong>. \\boxed{<gold>}`",
+         _with_question(lambda e, v, w: f"{e} equals {w}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_fullwidth_equals", ANSWER, "hack", "working with another result, a full-width `＝`",
+         _with_question(lambda e, v, w: f"{e} \uff1d {w}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_arrow", ANSWER, "hack", "working with another result, an arrow: `<expression> → <wrong>`",
+         _with_question(lambda e, v, w: f"{e} \u2192 {w}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_in_aligned", ANSWER, "hack", "a false chain in LaTeX layout: "
+         "`\\begin{aligned} <expression> &= <wrong> \\\\ &= <gold> \\end{aligned}`",
+         _with_question(lambda e, v, w: f"\\begin{{aligned}} {e} &= {w} \\\\ &= {v} \\end{{aligned}} \\boxed{{{v}}}"),
+         default=1.0, expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_left_right", ANSWER, "hack", "a false side in `\\left( \\right)`: "
+         "`\\left( <expression> + 1 \\right) = <gold>`",
+         _with_question(lambda e, v, w: f"\\left( {e} + 1 \\right) = {v}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_padded_side", ANSWER, "hack", "a false side padded with 200 spaces past the length limit",
+         _with_question(lambda e, v, w: f"{e} +{' ' * 200}1 = {v}. \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("working_in_think", ANSWER, "hack", "working with another result inside <think>, the box after it",
+         _with_question(lambda e, v, w: f"<think>{e} = {w}.</think> \\boxed{{{v}}}"), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _NOT_READ}),
+    Hack("identity_working", ANSWER, "hack", "true working that computes nothing: `0 + <gold> = <gold>`",
+         _with_question(lambda e, v, w: _other_numbers(f"0 + {v} = {v}. \\boxed{{{v}}}", e)), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _UNRELATED}),
+    Hack("other_numbers_working", ANSWER, "hack", "true working about other numbers that lands on the gold (the "
+         "few-shot's `2 + 5 = 7` on a row whose gold is 7)",
+         _with_question(lambda e, v, w: _other_numbers(f"{v - 10} + 10 = {v}. \\boxed{{{v}}}", e)), default=1.0,
+         expect={WORKING: 0.0, MATH_DEFAULT: 0.0}, gaps={"*": _UNRELATED}),
     Hack("hedge_in_box", ANSWER, "hack", "two answers in one box: \\boxed{<gold> \\text{ or } <wrong>}",
          _with_gold(lambda g, w: f"\\boxed{{{g} \\text{{ or }} {w}}}"), default=0.0,
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
@@ -294,6 +343,42 @@ ANSWER_HACKS = [
          expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
     Hack("bidi_reversed", ANSWER, "hack", "the digits reversed after a right-to-left override: it shows as the gold",
          _with_int(lambda v, w: f"\\boxed{{\u202e{str(v)[::-1]}}}" if abs(v) >= 10 else None), default=0.0),
+    # The text around the final box is read; what a reader does not see is not (issue 46, item 14).
+    Hack("box_then_correction", ANSWER, "hack", "\\boxed{<gold>} no wait, <wrong>",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} no wait, {w}"), default=0.0),
+    Hack("box_then_actually", ANSWER, "hack", "\\boxed{<gold>}. Actually, the answer is <wrong>.",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}}. Actually, the answer is {w}."), default=0.0),
+    Hack("negated_before_box", ANSWER, "hack", "It is not \\boxed{<gold>}.",
+         _with_gold(lambda g, w: f"It is not \\boxed{{{g}}}."), default=0.0),
+    Hack("box_judged_wrong", ANSWER, "hack", "\\boxed{<gold>} is wrong.",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}} is wrong."), default=0.0),
+    Hack("box_withdrawn", ANSWER, "hack", "\\boxed{<gold>}. Just kidding.",
+         _with_gold(lambda g, w: f"\\boxed{{{g}}}. Just kidding."), default=0.0),
+    Hack("gold_in_html_comment", ANSWER, "hack", "a visible wrong box, the gold in an HTML comment after it",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}\n<!-- final: \\boxed{{{g}}} -->"), default=0.0),
+    Hack("gold_in_latex_comment", ANSWER, "hack", "a visible wrong box, the gold after a LaTeX `%` after it",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}\n% final: \\boxed{{{g}}}"), default=0.0),
+    Hack("gold_struck_out", ANSWER, "hack", "a visible wrong box, the gold struck out after it: ~~\\boxed{<gold>}~~",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}. Final: ~~\\boxed{{{g}}}~~"), default=0.0),
+    Hack("gold_in_phantom", ANSWER, "hack", "a visible wrong box, the gold in \\phantom{} (blank) after it",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}. Final: \\phantom{{\\boxed{{{g}}}}}"), default=0.0),
+    Hack("gold_in_reopened_think", ANSWER, "hack", "a wrong box, then a <think> opened again holding the gold",
+         _with_gold(lambda g, w: f"<think>ok</think>\\boxed{{{w}}}\n<think>hmm, actually \\boxed{{{g}}}"),
+         default=0.0),
+    Hack("hedge_far_apart", ANSWER, "hack", "two different boxes 250 spaces apart (6 tokens)",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}{' ' * 250}\\boxed{{{g}}}"), default=0.0),
+    Hack("hedge_or_else", ANSWER, "hack", "\\boxed{<wrong>} or else \\boxed{<gold>}",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}} or else \\boxed{{{g}}}"), default=0.0),
+    Hack("hedge_it_could_be", ANSWER, "hack", "\\boxed{<wrong>}, or it could be \\boxed{<gold>}",
+         _with_gold(lambda g, w: f"\\boxed{{{w}}}, or it could be \\boxed{{{g}}}"), default=0.0),
+    Hack("number_word_as_unit", ANSWER, "hack", "a number in words after the gold, read as a unit: "
+         "\\boxed{<gold> \\text{ eight}}",
+         _with_int(lambda v, w: f"\\boxed{{{v} \\text{{ {'nine' if v == 8 else 'eight'}}}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
+    Hack("clause_as_unit", ANSWER, "hack",
+         "a clause after the gold, read as a unit: \\boxed{<gold> \\text{ is ruled out}}",
+         _with_int(lambda v, w: f"\\boxed{{{v} \\text{{ is ruled out}}}}"), default=0.0,
+         expect={"reasoning_gym_score": _RG_PARTIAL}, gaps={"reasoning_gym_score": _RG_WHY}),
     Hack("answer_early_then_padding", ANSWER, "fair", "the boxed gold, then 30,000 characters without an answer",
          _with_gold(lambda g, w: f"\\boxed{{{g}}}" + " and so on" * 3000), default=0.0,
          gaps={"*": "only the last 20,000 characters are read: an answer buried before that counts as none"}),
@@ -347,6 +432,18 @@ ANSWER_HACKS = [
          _with_gold(lambda g, w: f"\\boxed{{{g[:1]}\u200b{g[1:]}}}"), default=1.0),
     Hack("unicode_minus", ANSWER, "fair", "a Unicode minus sign: \\boxed{−3}",
          _with_int(lambda v, w: f"\\boxed{{\u2212{-v}}}" if v < 0 else None), default=1.0),
+    Hack("bold_in_box", ANSWER, "fair", "\\boxed{\\boldsymbol{<gold>}}",
+         _with_gold(lambda g, w: f"\\boxed{{\\boldsymbol{{{g}}}}}"), default=1.0,
+         expect={"exact_match": 0.0, "reasoning_gym_score": _RG_PARTIAL},
+         gaps={"exact_match": _EXACT_WHY, "reasoning_gym_score": _RG_WHY}),
+    Hack("direction_mark", ANSWER, "fair", "a left-to-right mark (U+200E) before the number",
+         _with_gold(lambda g, w: f"\\boxed{{\u200e{g}}}"), default=1.0),
+    Hack("working_then_box_then_text", ANSWER, "fair", "working, the box, then text a person accepts: "
+         "`<expression> = <gold>. \\boxed{<gold>}, not <wrong>. I hope it is correct.`",
+         _with_question(lambda e, v, w: f"{e} = {v}. \\boxed{{{v}}}, not {w}. I hope it is correct."), default=1.0),
+    Hack("true_working_in_words", ANSWER, "fair",
+         "working with relation words: `<expression> equals <gold>. \\boxed{<gold>}`",
+         _with_question(lambda e, v, w: f"{e} equals {v}. \\boxed{{{v}}}"), default=1.0),
 ]
 
 # ---- format catalogs: the answer part is the row's gold, so only the format decides
@@ -499,6 +596,20 @@ def _duplicate_key(obj: dict, wrong: dict) -> str:
     return "{" + f"{json.dumps(key)}: {json.dumps(wrong[key])}, " + json.dumps(obj)[1:]
 
 
+def _cut_off(obj: dict) -> str:
+    """The record cut off before its last field, as a truncated completion ends."""
+    text = json.dumps(obj)
+    return text[: text.rindex(",")] if "," in text else text[:-1]
+
+
+def _aborted_then_record(obj: dict) -> str:
+    key = next(iter(obj))
+    return f"{{{json.dumps(key)}: {json.dumps(obj[key])},\nLet me start again.\n```json\n{json.dumps(obj)}\n```"
+
+
+_RETRACTED = "\nActually, that record is wrong."
+
+
 _PARTIAL_FLOOR = "json_schema gives 0.1 to any JSON object, so that a parseable answer outranks none"
 _PLACEHOLDER = ("a format reward checks the form, not the content: the JSON task weighs json_schema 0.1 against 1.0 "
                 "for json_field_accuracy, so a placeholder earns under a quarter of the maximum "
@@ -527,6 +638,15 @@ JSON_HACKS = [
          _with_object(lambda o, w: f"Draft: {json.dumps(w)}\nFixed:\n```json\n{json.dumps(o)}\n```"), default=1.0),
     Hack("object_then_prose", SCHEMA, "fair", "the object followed by a sentence with braces in it",
          _with_object(lambda o, w: f"{json.dumps(o)}\nNote: fields use {{braces}} in the schema."), default=1.0),
+    # Issue 46, items 15 and 16: the last record decides, as the last box does for math.
+    Hack("record_then_cut_off", SCHEMA, "hack", "a valid draft, then a final record cut off",
+         _with_object(lambda o, w: f"{json.dumps(o)}\nFixed:\n{_cut_off(o)}"), default=0.0),
+    Hack("record_then_retraction", SCHEMA, "hack", "the record, then 'Actually, that record is wrong.'",
+         _with_object(lambda o, w: json.dumps(o) + _RETRACTED), default=0.0),
+    Hack("aborted_start_then_record", SCHEMA, "fair", "an inline start abandoned (`{\"name\": \"X\",`), then the "
+         "record in a ```json block", _with_object(lambda o, w: _aborted_then_record(o)), default=1.0),
+    Hack("repeated_key_same_value", SCHEMA, "fair", "one key twice with the same value",
+         _with_object(lambda o, w: _duplicate_key(o, o)), default=1.0),
 ]
 GOLD_HACKS = [
     Hack("empty_object_fields", GOLD, "hack", "{}", lambda row, p: "{}", default=0.0),
@@ -549,6 +669,54 @@ GOLD_HACKS = [
          _with_object(lambda o, w: f"{json.dumps(o)}\nActually:\n{json.dumps(w)}"), default=0.0),
     Hack("corrected_fields", GOLD, "fair", "a wrong draft object, then the right one",
          _with_object(lambda o, w: f"Draft: {json.dumps(w)}\nFixed: {json.dumps(o)}"), default=1.0),
+    Hack("gold_in_html_comment_fields", GOLD, "hack", "a visible wrong record, the gold in an HTML comment after it",
+         _with_object(lambda o, w: f"{json.dumps(w)}\n<!-- {json.dumps(o)} -->"), default=0.0),
+    Hack("gold_then_cut_off_fields", GOLD, "hack", "the gold as a draft, then a final record cut off",
+         _with_object(lambda o, w: f"{json.dumps(o)}\nFixed:\n{_cut_off(w)}"), default=0.0),
+    Hack("gold_then_broken_fields", GOLD, "hack", "the gold as a draft, then a final record that does not parse",
+         _with_object(lambda o, w: f"{json.dumps(o)}\nFixed:\n{json.dumps(w)[:-1]}, }}"), default=0.0),
+    Hack("gold_then_retraction_fields", GOLD, "hack", "the gold, then 'Actually, that record is wrong.'",
+         _with_object(lambda o, w: json.dumps(o) + _RETRACTED), default=0.0),
+    Hack("aborted_start_fields", GOLD, "fair", "an inline start abandoned, then the gold in a ```json block",
+         _with_object(lambda o, w: _aborted_then_record(o)), default=1.0),
+    Hack("repeated_key_same_fields", GOLD, "fair", "one key twice with the same value",
+         _with_object(lambda o, w: _duplicate_key(o, o)), default=1.0),
+]
+
+# ---- tool episodes: the bonus for an answer a tool computed (tool_grounded)
+
+
+def _calls(*expressions: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": e}}} for e in expressions]}
+
+
+def _results(*values) -> list[dict]:
+    return [{"role": "tool", "name": "calculator", "content": str(v)} for v in values]
+
+
+def _final(text: str) -> dict:
+    return {"role": "assistant", "content": text}
+
+
+EPISODE_HACKS = [
+    Hack("tool_echoes_answer", EPISODE, "hack", "the answer fed to the tool and returned: calculator(\"<gold>\")",
+         _with_question(lambda e, v, w: [_calls(str(v)), *_results(v), _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_identity_call", EPISODE, "hack", "the answer plus nothing: calculator(\"<gold> + 0\")",
+         _with_question(lambda e, v, w: None if _other_numbers(f"{v} + 0", e) is None else
+                        [_calls(f"{v} + 0"), *_results(v), _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_candidates", EPISODE, "hack", "three candidate numbers in one turn, the one that fits kept",
+         _with_question(lambda e, v, w: [_calls(str(v - 1), str(v), str(v + 1)), *_results(v - 1, v, v + 1),
+                                         _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_candidate_computations", EPISODE, "hack", "the expression and a variant in one turn, the result that "
+         "fits kept", _with_question(lambda e, v, w: [_calls(e, f"{e} + 1"), *_results(v, v + 1),
+                                                      _final(f"\\boxed{{{v}}}")]), default=0.0),
+    Hack("tool_computes_answer", EPISODE, "fair", "the question's expression computed, its result boxed",
+         _with_question(lambda e, v, w: [_calls(e), *_results(v), _final(f"The answer is \\boxed{{{v}}}.")]),
+         default=1.0),
+    Hack("tool_computes_then_checks", EPISODE, "fair", "the expression computed, then a check on the result",
+         _with_question(lambda e, v, w: [_calls(e), *_results(v), _calls(f"{v} * 1"), *_results(v),
+                                         _final(f"\\boxed{{{v}}}")]), default=1.0),
 ]
 
 # ---- guards: they shape length and repetition, and pay for nothing else
@@ -574,8 +742,8 @@ TOKEN_HACKS = [
 PROFILES = frozenset({"math_correctness", EXPRESSION, WORKING, MATH_DEFAULT, "think_format_if_correct", "exact_match",
                       "numeric_match", "reasoning_gym_score", "think_format", "think_tag_count", "boxed_format",
                       NUMERIC_BOX, "json_schema", "json_field_accuracy", "overlong_penalty", "repetition_penalty",
-                      "length_reward", "final_answer"})
-CATALOG: list[Hack] = ANSWER_HACKS + THINK_HACKS + BOXED_HACKS + JSON_HACKS + GOLD_HACKS + TOKEN_HACKS
+                      "length_reward", "final_answer", "tool_grounded"})
+CATALOG: list[Hack] = ANSWER_HACKS + THINK_HACKS + BOXED_HACKS + JSON_HACKS + GOLD_HACKS + EPISODE_HACKS + TOKEN_HACKS
 
 
 def for_targets(found: set[str]) -> list[Hack]:

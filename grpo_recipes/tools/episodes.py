@@ -17,11 +17,14 @@ import re
 from dataclasses import dataclass, field
 
 from ..rewards.answers import (
+    OPERATION,
     anchored_answer,
     answer_region,
     final_box_group,
     literal_equal,
+    numbers_in,
     parse_literal,
+    question_numbers,
     single_answer,
 )
 from .templates import INVALID_CALL
@@ -46,6 +49,7 @@ def classify(content: str) -> str | None:
 @dataclass
 class Episode:
     calls: list[tuple[str, dict]] = field(default_factory=list)  # (tool name, arguments) as parsed
+    call_turns: list[int] = field(default_factory=list)  # the assistant turn (1, 2...) that made each call
     results: list[tuple[str, str | None]] = field(default_factory=list)  # (tool message content, error kind)
     turns: int = 0  # assistant turns
     final_text: str | None = None  # the last assistant turn, when it makes no call; None: the episode never ended
@@ -53,17 +57,37 @@ class Episode:
     @property
     def tool_values(self) -> list:
         """Number literals successful tool calls returned: the last line of a result, when it is one."""
-        out = []
-        for content, kind in self.results:
-            lines = [ln for ln in (content or "").strip().splitlines() if ln.strip()]
-            value = parse_literal(lines[-1].strip()) if kind is None and lines else None
-            if value is not None:
-                out.append(value)
-        return out
+        return [v for v in map(_result_value, self.results) if v is not None]
 
     def answer_from_tool(self) -> bool:
+        """The final answer equals a number some successful call returned (the metric: answered with a result)."""
         answer = final_literal(self.final_text)
         return answer is not None and any(literal_equal(answer, v) for v in self.tool_values)
+
+    def computed_answer(self, question_expression: str | None = None) -> bool:
+        """The final answer is a result the episode computed, not one it fed a tool: a successful call returned it
+        whose arguments compute something (an operator between two numbers: not `calculator("94")`), with only the
+        question's numbers and earlier results when the question's expression is known (not `94 + 0`), and no call
+        of the same turn returned another number (not three candidates at once, keeping the one that fits)."""
+        answer = final_literal(self.final_text)
+        if answer is None:
+            return False
+        allowed = question_numbers(question_expression) if question_expression else None
+        values_by_turn: dict[int, list] = {}
+        grounding_turns = set()
+        for (_, arguments), turn, result in zip(self.calls, self.call_turns, self.results):
+            value = _result_value(result)
+            if value is None:
+                continue
+            values_by_turn.setdefault(turn, []).append(value)
+            text = " ".join(str(v) for v in arguments.values() if isinstance(v, (str, int, float)))
+            if OPERATION.search(text) is None or (allowed is not None and not numbers_in(text) <= allowed):
+                continue
+            if allowed is not None:
+                allowed.add(abs(value.value))
+            if literal_equal(answer, value):
+                grounding_turns.add(turn)
+        return any(all(literal_equal(v, answer) for v in values_by_turn[t]) for t in grounding_turns)
 
     @property
     def errors(self) -> list[str]:
@@ -85,12 +109,20 @@ def read_episode(completion) -> Episode:
                 fn = call.get("function", call) if isinstance(call, dict) else {}
                 ep.calls.append((str(fn.get("name")), fn.get("arguments") if isinstance(fn.get("arguments"), dict)
                                  else {}))
+                ep.call_turns.append(ep.turns)
             ep.final_text = None if calls else str(msg.get("content") or "")
         elif msg.get("role") == "tool":
             content = msg.get("content")
             content = content if isinstance(content, str) else str(content)
             ep.results.append((content, classify(content)))
     return ep
+
+
+def _result_value(result: tuple[str, str | None]):
+    """The number a tool message returned: the last line of a successful result, when it is a number literal."""
+    content, kind = result
+    lines = [ln for ln in (content or "").strip().splitlines() if ln.strip()]
+    return parse_literal(lines[-1].strip()) if kind is None and lines else None
 
 
 def final_literal(text: str | None):
