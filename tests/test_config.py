@@ -20,6 +20,9 @@ def test_default_config_parses_and_cli_overrides_it():
     assert [(s.name, s.weight) for s in recipe.reward_specs] == [("math_correctness", 2.0)]
     assert recipe.gym_params["max_digits"] == 1
     assert grpo.bf16 is False  # no bf16-capable GPU here: picked off, not forced on
+    # The default config as a str (scripts and tests pass one) resolves to the same run, name included.
+    assert resolve(["--learning_rate", "3e-6"], str(DEFAULT)).training.run_name == resolve(["--learning_rate", "3e-6"],
+                                                                                              DEFAULT).training.run_name
 
 
 def test_explicit_config_replaces_the_default(tmp_path):

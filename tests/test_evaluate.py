@@ -68,6 +68,13 @@ def test_score_calls_rewards_like_trl():
     assert seen["completions"][1] == [{"role": "assistant", "content": "b"}]
 
 
+def test_k_0_is_greedy_only_and_none_takes_the_configs_eval_k():
+    recipe, grpo = SimpleNamespace(eval_k=4, eval_max_new_tokens=8, eval_generation_batch_size=2,
+                                   correctness_threshold=1.0), SimpleNamespace(seed=0, max_completion_length=16)
+    assert EvalSettings.from_configs(recipe, grpo, k=0).k == 0
+    assert EvalSettings.from_configs(recipe, grpo).k == 4 and EvalSettings.from_configs(recipe, grpo, k=2).k == 2
+
+
 def test_generation_settings_follow_training_sampling():
     s = EvalSettings(k=3, max_new_tokens=7, temperature=0.7, top_p=0.9, top_k=20)
     greedy = generation_config(s, False, pad_id=0, eos_ids=[2])

@@ -56,12 +56,13 @@ class Config:
     problems: tuple[str, ...] = ()  # what planning the earlier stages found: reported with the start-up checks'
 
 
-def resolve(argv: list[str] | None = None, default_config: Path | None = None, *, name: str | None = None,
+def resolve(argv: list[str] | None = None, default_config: Path | str | None = None, *, name: str | None = None,
             stage: str | None = None) -> Config:
     """argv (sys.argv[1:] when None) and the config file it names (`default_config` when it names none) -> Config.
     `name` None: the config's task names the run (recipes/train.py). `stage` runs that one kind of stage alone
     (tests)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    default_config = None if default_config is None else Path(default_config)  # callers pass str too
     path, flags = split_config_arg(argv, default_config)
     file = resolve_paths(read_yaml(path), path) if path else {}
     for key, value in (file.pop("env", None) or {}).items():

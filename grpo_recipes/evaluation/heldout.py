@@ -57,7 +57,7 @@ class EvalSettings:
         """From the recipe and the run's GRPOConfig; an sft-only run's SFTConfig has no generation settings: the
         sampling ones are then TRL's GRPO defaults and the length is eval_max_new_tokens (checks.py requires it)."""
         return cls(
-            k=k or recipe.eval_k,
+            k=recipe.eval_k if k is None else k,
             max_new_tokens=recipe.eval_max_new_tokens or grpo.max_completion_length,
             batch_size=recipe.eval_generation_batch_size,
             temperature=getattr(grpo, "temperature", 1.0),
