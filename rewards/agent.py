@@ -52,3 +52,20 @@ def tool_grounded(completions, answer, completion_messages, *, max_calls: int = 
         scores.append(float(ok))
     return scores
 
+
+def _check_examples(row: dict, params: dict) -> dict[str, list]:
+    """For `grpo-recipes rewards check`: the question's expression computed by the calculator and its result boxed is
+    good; the same call then a wrong box, and the right box with no call, are bad. Text alone never pays this reward,
+    so its good and bad must be episodes."""
+    gold = str(row.get("answer", ""))
+    expression = asked_expression(str(row.get("question", "")), gold)
+    if expression is None:  # not an arithmetic question: no episode can ground its answer
+        return {"good": [], "bad": [f"\\boxed{{{gold}}}"]}
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": expression}}}]}
+    result = {"role": "tool", "name": "calculator", "content": gold}
+    return {"good": [[call, result, {"role": "assistant", "content": f"The answer is \\boxed{{{gold}}}."}]],
+            "bad": [[call, result, {"role": "assistant", "content": f"\\boxed{{{gold}1}}"}], f"\\boxed{{{gold}}}"]}
+
+
+tool_grounded.check_examples = _check_examples

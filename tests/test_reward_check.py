@@ -79,9 +79,7 @@ def _rows_and_examples(rdef):
     return [row], lambda row, params: {"good": [fence(good)], "bad": [fence(bad), "no code at all"]}
 
 
-# tool_grounded pays only for a tool episode, which the check's text completions cannot carry: good never beats bad
-# there (tests/test_agent_rewards.py holds it to its episodes); the contract part of the check still applies to it.
-@pytest.mark.parametrize("name", [n for n in SHIPPED if n != "tool_grounded"])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_reward_passes_the_check(name):
     rdef = registry.available()[name]
     rows, examples = _rows_and_examples(rdef)
@@ -91,12 +89,15 @@ def test_every_shipped_reward_passes_the_check(name):
     assert len(report.scores["fuzz"]) > 0
 
 
-def test_episode_bonus_passes_the_contract_and_pays_for_no_text():
+def test_episode_bonus_pays_a_computed_answer_and_no_text():
+    """tool_grounded's check examples are episodes: the expression computed then boxed pays 1; a wrong box after the
+    call, the right box with no call, and every malformed and fuzzed text pay 0."""
     rdef = registry.available()["tool_grounded"]
     rows, examples = _rows_and_examples(rdef)
     report = check_reward(rdef, rows, fuzz=True, examples=examples)
     assert report.ok, report.render()
-    assert {s for v in report.scores.values() for s in v} == {0.0}  # nothing without a tool episode
+    assert set(report.scores["good"]) == {1.0} and len(report.scores["good"]) == len(rows)
+    assert {s for kind in ("bad", "malformed", "fuzz") for s in report.scores[kind]} == {0.0}
 
 
 def test_shipped_rewards_include_the_issue_list():

@@ -7,10 +7,11 @@ treats it.
 
 Without a dataset, rows come from the reward's `check_rows(n) -> list[dict]` attribute when it has one, else from
 the JSON extraction data or reasoning-gym arithmetic, whichever has the reward's columns. Good and bad completions
-come from the reward's `check_examples(row, params) -> {"good": [...], "bad": [...]}` attribute when it has one,
-else from the row: the reference program for a `canonical_solution` column, the gold JSON for a `gold` column,
-`\\boxed{answer}` for an `answer` column, a generic think-then-box answer otherwise. `completion_ids` are the UTF-8 bytes of the text (one
-token per byte, at most MAX_IDS), since no tokenizer is loaded here.
+come from the reward's `check_examples(row, params) -> {"good": [...], "bad": [...]}` attribute when it has one
+(each a text or, for a reward that reads tool episodes, a list of messages), else from the row: the reference
+program for a `canonical_solution` column, the gold JSON for a `gold` column, `\\boxed{answer}` for an `answer`
+column, a generic think-then-box answer otherwise. `completion_ids` are the UTF-8 bytes of the text (one token per
+byte, at most MAX_IDS), since no tokenizer is loaded here.
 
 Then the part of the hack catalog (grpo_recipes/rewards/hacks.py) that matches what the reward reads runs on the same
 rows (an episode entry is a list of messages: the reward gets it as `completion_messages`, its text as the completion):
