@@ -3,10 +3,11 @@
 The answer is read as grpo_recipes/answers.py says (the math rewards read it the same way): only the visible text
 after the last </think> (nothing, if a <think> is left open or opened again); there, the final \\boxed{...} (a hedge of
 differing boxes, a last box left open, or one the text around it takes back, is no answer); else the last
-<answer>...</answer> (none if the text after it takes it back); else the last non-empty line, minus a leading "answer:" / "final answer:" / "the answer is"
-and a final period. Full-width and other scripts' digits, Unicode minus signs, zero-width characters and direction
-marks are read as their plain forms. numeric_match then reads that answer as one number literal, which may sit in a
-sentence ("42 apples", "So she has 42"), but never among other numbers ("3 or 5", "5 - 3 = 2").
+<answer>...</answer> (none if the text after it takes it back); else the last non-empty line, minus a leading
+"answer:" / "final answer:" / "the answer is" and a final period. Full-width and other scripts' digits, Unicode minus
+signs, zero-width characters and direction marks are read as their plain forms. numeric_match then reads that
+answer as one number literal, which may sit in a sentence ("42 apples", "So she has 42"), but never among other
+numbers ("3 or 5", "5 - 3 = 2").
 """
 
 from __future__ import annotations

@@ -75,8 +75,9 @@ def resolve(argv: list[str] | None = None, default_config: Path | str | None = N
     if problems:
         raise ConfigError(problems)
     values = namespace(parser, given, flags)
-    explicit = frozenset(file) | {a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")}
-    labels = changes(values, namespace(parser, given, []), flags, path, default_config)
+    flagged = [a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")]  # keys, in order
+    explicit = frozenset(file) | set(flagged)
+    labels = changes(values, namespace(parser, given, []), flagged, path, default_config)
     task, problems = tasks.resolve(values["task"], _listed(values["task_dirs"]), set(init_fields(RecipeArguments)),
                                    parser.known())
     if problems:
@@ -155,15 +156,14 @@ SHORT = {"learning_rate": "lr", "max_steps": "steps", "num_generations": "gens",
          "epsilon": "eps", "epsilon_high": "eps_high", "num_train_epochs": "epochs"}
 
 
-def changes(values: dict[str, Any], base: dict[str, Any], flags: list[str], path: Path | None,
+def changes(values: dict[str, Any], base: dict[str, Any], flagged: list[str], path: Path | None,
             default_config: Path | None) -> list[str]:
     """What this run changed from the recipe's default config, in the order given, as name labels: the config
-    file's stem when it is not the recipe's default, then each flag that moved a value away from the file's (`base`:
-    the values without the flags). Bookkeeping keys do not count."""
+    file's stem when it is not the recipe's default, then each flag (`flagged`: their keys) that moved a value away
+    from the file's (`base`: the values without the flags). Bookkeeping keys do not count."""
     recipes_own = path is None or default_config is not None and path.resolve() == default_config.resolve()
     labels = [] if recipes_own else [path.stem]
-    keys = [a[2:].split("=")[0].replace("-", "_") for a in flags if a.startswith("--")]
-    for key in dict.fromkeys(k[3:] if k not in values and k.startswith("no_") else k for k in keys):
+    for key in dict.fromkeys(k[3:] if k not in values and k.startswith("no_") else k for k in flagged):
         if key in values and values[key] != base.get(key) and not _bookkeeping(key):
             labels.append(_label(key, values[key]))
     return labels
